@@ -1,0 +1,331 @@
+"""The step batch: one row per agent step, the input of every credit module.
+
+Rows carry explicit ids (``group``, ``traj``, ``t``), so every estimator keys its statistics by
+id and its result does not depend on row order. The batch is validated on construction; a
+malformed batch raises :class:`StepBatchError` naming the column and the rows at fault, before any
+credit computation starts.
+
+Derived arrays that several modules need (factorised ids, episode returns, discounted returns,
+per-trajectory step matrices) are computed once per batch and cached.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+__all__ = ["StepBatch", "StepBatchError"]
+
+
+class StepBatchError(ValueError):
+    """A step batch that breaks the contract (lengths, dtypes, ids, non-finite values)."""
+
+
+def _rows(mask: np.ndarray, limit: int = 10) -> str:
+    rows = np.flatnonzero(mask)
+    shown = ", ".join(map(str, rows[:limit]))
+    return f"rows [{shown}{', ...' if len(rows) > limit else ''}] ({len(rows)} in all)"
+
+
+def _as_int(name: str, values: Any, n: int | None) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise StepBatchError(f"column {name!r} must be one-dimensional, got shape {arr.shape}")
+    if n is not None and len(arr) != n:
+        raise StepBatchError(f"column {name!r} has {len(arr)} rows, expected {n}")
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.int64, copy=False)
+    if arr.dtype.kind == "b":
+        return arr.astype(np.int64)
+    if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+        return arr.astype(np.int64)
+    raise StepBatchError(f"column {name!r} must hold integers, got dtype {arr.dtype}")
+
+
+def _as_float(name: str, values: Any, n: int, ndim: int = 1) -> np.ndarray:
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise StepBatchError(f"column {name!r} must hold numbers: {exc}") from exc
+    if arr.ndim != ndim or len(arr) != n:
+        raise StepBatchError(f"column {name!r} must have shape ({n}{', d' if ndim == 2 else ''}), got {arr.shape}")
+    bad = ~np.isfinite(arr) if ndim == 1 else ~np.isfinite(arr).all(axis=1)
+    if bad.any():
+        raise StepBatchError(f"column {name!r} has NaN or infinite values at {_rows(bad)}")
+    return arr
+
+
+def _as_bool(name: str, values: Any, n: int) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.shape != (n,):
+        raise StepBatchError(f"column {name!r} must have shape ({n},), got {arr.shape}")
+    if arr.dtype.kind != "b":
+        if arr.dtype.kind not in "iuf" or not np.isin(arr, (0, 1)).all():
+            raise StepBatchError(f"column {name!r} must hold booleans, got dtype {arr.dtype}")
+        arr = arr.astype(bool)
+    return arr
+
+
+def _as_keys(name: str, values: Any, n: int) -> np.ndarray:
+    if isinstance(values, np.ndarray) and values.ndim == 1:
+        arr = values
+    else:
+        values = list(values)
+        arr = np.fromiter(values, dtype=object, count=len(values))
+    if arr.shape != (n,):
+        raise StepBatchError(f"column {name!r} must have shape ({n},), got {arr.shape}")
+    return arr
+
+
+def factorize(keys: np.ndarray) -> tuple[np.ndarray, int]:
+    """Integer codes 0..k-1 for the distinct values of ``keys`` (any hashables); returns (codes, k)."""
+    if keys.dtype.kind in "iufbSU":
+        uniq, codes = np.unique(keys, return_inverse=True)
+        return codes.astype(np.int64).reshape(-1), len(uniq)
+    table: dict[Any, int] = {}
+    codes = np.fromiter((table.setdefault(k, len(table)) for k in keys), dtype=np.int64, count=len(keys))
+    return codes, len(table)
+
+
+@dataclass(frozen=True, eq=False)
+class StepBatch:
+    """Columnar batch of agent steps.
+
+    Required columns (one entry per step):
+        group: task group id (the N rollouts of one task share it).
+        traj: trajectory id, unique across the batch.
+        t: step index within the trajectory, contiguous from 0.
+        reward: the env reward of the step (finite).
+        done: whether the episode ended at this step (only the last step of a trajectory).
+        state_key: canonical identity of the state the action was taken from (hashable).
+        action_key: canonical identity of the action taken (hashable).
+        valid: whether the action was valid.
+
+    Optional columns (``None`` when absent):
+        milestone: number of milestones newly reached at this step (>= 0).
+        value: critic value V(s_t).
+        embedding: (n, d) hidden state of the policy at the step.
+        success: whether the step's trajectory ended in success (same on all its rows).
+        extras: any further named per-step columns (e.g. ``observation`` text, ``turn_reward``).
+    """
+
+    group: np.ndarray
+    traj: np.ndarray
+    t: np.ndarray
+    reward: np.ndarray
+    done: np.ndarray
+    state_key: np.ndarray
+    action_key: np.ndarray
+    valid: np.ndarray
+    milestone: np.ndarray | None = None
+    value: np.ndarray | None = None
+    embedding: np.ndarray | None = None
+    success: np.ndarray | None = None
+    extras: Mapping[str, np.ndarray] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        group = _as_int("group", self.group, None)
+        n = len(group)
+        if n == 0:
+            raise StepBatchError("the step batch is empty")
+        set_(self, "group", group)
+        set_(self, "traj", _as_int("traj", self.traj, n))
+        set_(self, "t", _as_int("t", self.t, n))
+        set_(self, "reward", _as_float("reward", self.reward, n))
+        set_(self, "done", _as_bool("done", self.done, n))
+        set_(self, "state_key", _as_keys("state_key", self.state_key, n))
+        set_(self, "action_key", _as_keys("action_key", self.action_key, n))
+        set_(self, "valid", _as_bool("valid", self.valid, n))
+        if self.milestone is not None:
+            ms = _as_int("milestone", self.milestone, n)
+            if (ms < 0).any():
+                raise StepBatchError(f"column 'milestone' must be >= 0; negative at {_rows(ms < 0)}")
+            set_(self, "milestone", ms)
+        if self.value is not None:
+            set_(self, "value", _as_float("value", self.value, n))
+        if self.embedding is not None:
+            set_(self, "embedding", _as_float("embedding", self.embedding, n, ndim=2))
+        if self.success is not None:
+            set_(self, "success", _as_bool("success", self.success, n))
+        extras = {}
+        for name, col in dict(self.extras).items():
+            arr = col if isinstance(col, np.ndarray) else _as_keys(name, col, n)
+            if len(arr) != n:
+                raise StepBatchError(f"extra column {name!r} has {len(arr)} rows, expected {n}")
+            extras[name] = arr
+        set_(self, "extras", extras)
+        self._check_ids()
+
+    def _check_ids(self) -> None:
+        """Each trajectory in one group, steps contiguous from 0, done only on the last step."""
+        codes = self.traj_index
+        n_traj = self.num_trajectories
+        if (self.t < 0).any():
+            raise StepBatchError(f"column 't' must be >= 0; negative at {_rows(self.t < 0)}")
+        first_group = np.full(n_traj, -1, dtype=np.int64)
+        first_group[codes] = self.group
+        mixed = first_group[codes] != self.group
+        if mixed.any():
+            raise StepBatchError(f"a trajectory spans several groups at {_rows(mixed)}")
+        lengths = np.bincount(codes, minlength=n_traj)
+        max_t = np.full(n_traj, -1, dtype=np.int64)
+        np.maximum.at(max_t, codes, self.t)
+        # t values of a trajectory are 0..T-1 exactly when they are distinct and max_t == T - 1.
+        pair = codes * (int(self.t.max()) + 1) + self.t
+        if len(np.unique(pair)) != len(pair):
+            _, inv, counts = np.unique(pair, return_inverse=True, return_counts=True)
+            raise StepBatchError(f"duplicate (traj, t) pairs at {_rows(counts[inv] > 1)}")
+        gap = max_t != lengths - 1
+        if gap.any():
+            bad = gap[codes]
+            raise StepBatchError(f"steps of a trajectory are not contiguous from t=0 at {_rows(bad)}")
+        early_done = self.done & (self.t != max_t[codes])
+        if early_done.any():
+            raise StepBatchError(f"'done' is set before the last step of a trajectory at {_rows(early_done)}")
+        if self.success is not None:
+            ref = np.zeros(n_traj, dtype=bool)
+            ref[codes] = self.success
+            if (ref[codes] != self.success).any():
+                raise StepBatchError("column 'success' differs between rows of one trajectory")
+
+    # -- sizes and factorised ids ---------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.group)
+
+    @cached_property
+    def _traj_codes(self) -> tuple[np.ndarray, int]:
+        return factorize(self.traj)
+
+    @property
+    def traj_index(self) -> np.ndarray:
+        """Per row, the trajectory as a code in ``0..num_trajectories-1``."""
+        return self._traj_codes[0]
+
+    @property
+    def num_trajectories(self) -> int:
+        return self._traj_codes[1]
+
+    @cached_property
+    def _group_codes(self) -> tuple[np.ndarray, int]:
+        return factorize(self.group)
+
+    @property
+    def group_index(self) -> np.ndarray:
+        """Per row, the group as a code in ``0..num_groups-1``."""
+        return self._group_codes[0]
+
+    @property
+    def num_groups(self) -> int:
+        return self._group_codes[1]
+
+    @cached_property
+    def traj_group(self) -> np.ndarray:
+        """Per trajectory code, its group code."""
+        out = np.empty(self.num_trajectories, dtype=np.int64)
+        out[self.traj_index] = self.group_index
+        return out
+
+    @cached_property
+    def traj_length(self) -> np.ndarray:
+        """Per trajectory code, its number of steps."""
+        return np.bincount(self.traj_index, minlength=self.num_trajectories)
+
+    @cached_property
+    def state_index(self) -> np.ndarray:
+        """Per row, ``state_key`` as an integer code (equal keys, equal codes; across groups)."""
+        return factorize(self.state_key)[0]
+
+    @cached_property
+    def action_index(self) -> np.ndarray:
+        """Per row, ``action_key`` as an integer code."""
+        return factorize(self.action_key)[0]
+
+    # -- returns --------------------------------------------------------------------------------
+    @cached_property
+    def episode_return(self) -> np.ndarray:
+        """Per trajectory code, the undiscounted sum of its rewards."""
+        return np.bincount(self.traj_index, weights=self.reward, minlength=self.num_trajectories)
+
+    @cached_property
+    def step_matrix(self) -> np.ndarray:
+        """(num_trajectories, max_len) row indices of each trajectory's steps in order; -1 pads."""
+        out = np.full((self.num_trajectories, int(self.traj_length.max())), -1, dtype=np.int64)
+        out[self.traj_index, self.t] = np.arange(len(self))
+        return out
+
+    def discounted_returns(self, gamma: float, rewards: np.ndarray | None = None) -> np.ndarray:
+        """Per row, G_t = sum_{j >= t} gamma^(j - t) r_j within its trajectory.
+
+        Computed backwards over time, vectorised across trajectories (no per-step Python loop;
+        one numpy operation per time index), which stays exact for any gamma.
+        """
+        r = self.reward if rewards is None else np.asarray(rewards, dtype=np.float64)
+        mat = self.step_matrix
+        mask = mat >= 0
+        padded = np.where(mask, r[np.where(mask, mat, 0)], 0.0)
+        acc = np.zeros(mat.shape[0])
+        out = np.empty_like(padded)
+        for col in range(mat.shape[1] - 1, -1, -1):
+            acc = padded[:, col] + gamma * acc
+            out[:, col] = acc
+        returns = np.empty(len(self))
+        returns[mat[mask]] = out[mask]
+        return returns
+
+    # -- convenience ----------------------------------------------------------------------------
+    def require(self, name: str, how: str) -> np.ndarray:
+        """The optional column ``name``, or a :class:`StepBatchError` saying how to turn it on."""
+        col = getattr(self, name, None) if name in _OPTIONAL else self.extras.get(name)
+        if col is None:
+            raise StepBatchError(f"this credit module needs the step-batch column {name!r}; {how}")
+        return col
+
+    def take(self, rows: np.ndarray) -> StepBatch:
+        """A new batch with the given rows (for tests of row-order independence)."""
+        opt = {k: (None if getattr(self, k) is None else getattr(self, k)[rows]) for k in _OPTIONAL}
+        return StepBatch(
+            group=self.group[rows],
+            traj=self.traj[rows],
+            t=self.t[rows],
+            reward=self.reward[rows],
+            done=self.done[rows],
+            state_key=self.state_key[rows],
+            action_key=self.action_key[rows],
+            valid=self.valid[rows],
+            extras={k: v[rows] for k, v in self.extras.items()},
+            **opt,
+        )
+
+    @classmethod
+    def from_trajectories(cls, trajectories: list[dict[str, Any]]) -> StepBatch:
+        """Build a batch from per-trajectory dicts (handy for tests and small scripts).
+
+        Each dict has ``group``, ``rewards`` and ``states`` (lists), and optionally ``actions``,
+        ``valid``, ``milestones``, ``values``, ``success`` (bool); ``traj`` defaults to its
+        position in the list. The last step of each trajectory is marked done.
+        """
+        cols: dict[str, list] = {k: [] for k in ("group", "traj", "t", "reward", "done", "state_key", "action_key", "valid")}
+        opt: dict[str, list] = {"milestone": [], "value": [], "success": []}
+        for k, tr in enumerate(trajectories):
+            T = len(tr["rewards"])
+            cols["group"] += [tr["group"]] * T
+            cols["traj"] += [tr.get("traj", k)] * T
+            cols["t"] += list(range(T))
+            cols["reward"] += list(tr["rewards"])
+            cols["done"] += [False] * (T - 1) + [True]
+            cols["state_key"] += list(tr["states"])
+            cols["action_key"] += list(tr.get("actions", ["a"] * T))
+            cols["valid"] += list(tr.get("valid", [True] * T))
+            opt["milestone"] += list(tr.get("milestones", [0] * T))
+            opt["value"] += list(tr.get("values", [0.0] * T))
+            opt["success"] += [bool(tr.get("success", False))] * T
+        has = {k: any(k2 in tr for tr in trajectories) for k, k2 in (("milestone", "milestones"), ("value", "values"), ("success", "success"))}
+        return cls(**cols, **{k: (v if has[k] else None) for k, v in opt.items()})
+
+
+_OPTIONAL = ("milestone", "value", "embedding", "success")

@@ -1,0 +1,83 @@
+"""Registry of credit modules: ``credit.compute(batch, "gigpo", gamma=0.95)``.
+
+A credit module is a function ``fn(batch: StepBatch, **hyper_parameters) -> CreditResult``,
+registered by name with :func:`register`. :func:`compute` checks the option names against the
+function's signature (an unknown option is an error listing the valid ones) and the result for
+finiteness, so every module gets the same guard rails.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .batch import StepBatch
+
+__all__ = ["CreditResult", "available", "compute", "get", "options", "register"]
+
+
+@dataclass(frozen=True)
+class CreditResult:
+    """Per-step advantages (float32, aligned with the batch rows) and diagnostics."""
+
+    advantages: np.ndarray
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+
+
+CreditFn = Callable[..., CreditResult]
+_MODULES: dict[str, CreditFn] = {}
+
+
+def register(name: str) -> Callable[[CreditFn], CreditFn]:
+    """Decorator registering a credit module under ``name``."""
+
+    def deco(fn: CreditFn) -> CreditFn:
+        if name in _MODULES and _MODULES[name] is not fn:
+            raise ValueError(f"credit module {name!r} is already registered")
+        _MODULES[name] = fn
+        return fn
+
+    return deco
+
+
+def available() -> list[str]:
+    """Names of all registered credit modules."""
+    return sorted(_MODULES)
+
+
+def get(name: str) -> CreditFn:
+    try:
+        return _MODULES[name]
+    except KeyError:
+        raise KeyError(f"unknown credit module {name!r}; valid: {', '.join(available())}") from None
+
+
+def options(name: str) -> dict[str, Any]:
+    """The module's hyper-parameters and their defaults."""
+    sig = inspect.signature(get(name))
+    return {p.name: p.default for p in list(sig.parameters.values())[1:] if p.kind is p.KEYWORD_ONLY}
+
+
+def compute(batch: StepBatch, method: str, **hparams: Any) -> CreditResult:
+    """Run credit module ``method`` on ``batch`` with the given hyper-parameters."""
+    fn = get(method)
+    valid = options(method)
+    unknown = sorted(set(hparams) - set(valid))
+    if unknown:
+        raise TypeError(
+            f"unknown option(s) {', '.join(map(repr, unknown))} for credit module {method!r}; "
+            f"valid: {', '.join(valid) or '(none)'}"
+        )
+    result = fn(batch, **hparams)
+    adv = np.asarray(result.advantages)
+    if adv.shape != (len(batch),):
+        raise RuntimeError(f"credit module {method!r} returned shape {adv.shape}, expected ({len(batch)},)")
+    if not np.isfinite(adv).all():
+        raise FloatingPointError(f"credit module {method!r} produced non-finite advantages")
+    diagnostics = dict(result.diagnostics)
+    diagnostics.setdefault("zero_advantage_fraction", float(np.mean(adv == 0.0)))
+    return CreditResult(adv.astype(np.float32, copy=False), diagnostics)

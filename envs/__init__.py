@@ -1,0 +1,24 @@
+"""agentrl environments: Gymnasium text envs with one info contract (see ``envs.base``).
+
+Importing this package registers the built-in envs under the ``agentrl/`` namespace.
+"""
+
+from .adapter import DiscreteTextEnv, make_frozen_lake
+from .base import INFO_KEYS, EnvInfo, FreeText, TextEnv, make_info
+from .registry import list_envs, load_plugins, make, register, register_builtins
+
+register_builtins()
+
+__all__ = [
+    "INFO_KEYS",
+    "DiscreteTextEnv",
+    "EnvInfo",
+    "FreeText",
+    "TextEnv",
+    "list_envs",
+    "load_plugins",
+    "make",
+    "make_frozen_lake",
+    "make_info",
+    "register",
+]

@@ -1,0 +1,85 @@
+"""Environment registration: built-ins, third-party plug-ins, and ``envs.make``.
+
+Built-in envs are registered with Gymnasium under the ``agentrl/`` namespace when ``envs`` is
+imported. Third-party packages register theirs through the ``agentrl.envs`` entry-point group:
+each entry point names a zero-argument callable that calls :func:`register` (or
+``gymnasium.register``). Plug-ins are loaded once, on the first :func:`make` or
+:func:`list_envs`.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import warnings
+from typing import Any
+
+import gymnasium as gym
+
+NAMESPACE = "agentrl"
+ENTRY_POINT_GROUP = "agentrl.envs"
+
+#: Built-in env ids and their entry points. Other issues add ALFWorld, WebShop, TextWorld here.
+BUILTIN: dict[str, str] = {
+    "Sokoban-v0": "envs.sokoban:SokobanEnv",
+    "FrozenLake-v0": "envs.adapter:make_frozen_lake",
+}
+
+_plugins_loaded = False
+
+
+def register(name: str, entry_point: str | Any, **kwargs: Any) -> str:
+    """Register ``agentrl/<name>`` with Gymnasium (idempotent); returns the full id."""
+    env_id = name if "/" in name else f"{NAMESPACE}/{name}"
+    if env_id not in gym.registry:
+        gym.register(id=env_id, entry_point=entry_point, **kwargs)
+    return env_id
+
+
+def register_builtins() -> None:
+    for name, entry_point in BUILTIN.items():
+        register(name, entry_point)
+
+
+def load_plugins() -> list[str]:
+    """Call every ``agentrl.envs`` entry point once; returns the names loaded.
+
+    A plug-in that fails to load is reported with a warning naming it; the others still load.
+    """
+    global _plugins_loaded
+    loaded = []
+    if _plugins_loaded:
+        return loaded
+    _plugins_loaded = True
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            ep.load()()
+            loaded.append(ep.name)
+        except Exception as exc:  # a broken plug-in must not break every other env
+            warnings.warn(f"agentrl env plug-in {ep.name!r} ({ep.value}) failed to load: {exc}", stacklevel=2)
+    return loaded
+
+
+def resolve_id(name: str) -> str:
+    """``"Sokoban-v0"`` or ``"agentrl/Sokoban-v0"`` -> the registered Gymnasium id."""
+    load_plugins()
+    candidates = [name] if "/" in name else [f"{NAMESPACE}/{name}", name]
+    for env_id in candidates:
+        if env_id in gym.registry:
+            return env_id
+    raise KeyError(f"unknown environment {name!r}; registered agentrl envs: {', '.join(list_envs())}")
+
+
+def make(name: str, **kwargs: Any) -> gym.Env:
+    """Create an environment by id, returning the env itself (not Gymnasium's wrappers).
+
+    Env-specific options are keyword arguments, e.g. ``make("Sokoban-v0", dim_room=5)``.
+    Use ``gymnasium.make("agentrl/Sokoban-v0")`` for the wrapped (checked, order-enforced) env.
+    """
+    env_id = resolve_id(name)
+    return gym.make(env_id, disable_env_checker=True, **kwargs).unwrapped
+
+
+def list_envs() -> list[str]:
+    """Ids of every registered ``agentrl/`` env, plug-ins included."""
+    load_plugins()
+    return sorted(k for k in gym.registry if k.startswith(f"{NAMESPACE}/"))
