@@ -1,0 +1,71 @@
+"""The generation interface every rollout backend implements (Hugging Face, vLLM).
+
+Token in, token out: a backend receives prompt token ids and returns the sampled response token
+ids with the log-probability of each sampled token under the distribution it was sampled from.
+Text is never re-tokenised between the engine and the learner.
+
+Constrained decoding: ``allowed[i]``, when given, lists the token sequences request ``i`` may
+produce (for example each admissible action wrapped in the response template, tokenised, with
+the stop token at the end). At every position the backend samples from the model's next-token
+distribution renormalised over the tokens that keep the response a prefix of an allowed sequence
+(a trie), and reports that renormalised log-prob. The learner applies the same trie when it
+recomputes log-probs, so the PPO ratio compares like with like.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+__all__ = ["Backend", "Generation", "SamplingParams"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample. ``temperature == 0`` means greedy."""
+
+    max_new_tokens: int = 32
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0: off
+    stop_token_ids: tuple[int, ...] = ()
+    seed: int | None = None  # request i of a call uses a generator seeded from (seed, i)
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must lie in (0, 1], got {self.top_p}")
+
+
+@dataclass
+class Generation:
+    """One sampled response."""
+
+    token_ids: list[int]
+    logprobs: list[float]  # one per token in token_ids
+    finish_reason: Literal["stop", "length"] = "stop"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A generation engine."""
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        sampling: SamplingParams,
+        allowed: Sequence[Sequence[Sequence[int]] | None] | None = None,
+    ) -> list[Generation]:
+        """Sample one response per prompt."""
+        ...
+
+    def update_weights(self, state_dict: dict[str, Any]) -> None:
+        """Load new policy weights (after a learner update)."""
+        ...
+
+    def close(self) -> None: ...
