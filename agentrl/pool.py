@@ -16,7 +16,9 @@ The pool imports no torch; it is shared by training, evaluation and benchmarks.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
+import signal
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -79,10 +81,8 @@ def _worker(conn, env_fns: dict[int, EnvFn]) -> None:
         pass
     finally:
         for env in envs.values():
-            try:
+            with contextlib.suppress(Exception):
                 env.close()
-            except Exception:
-                pass
 
 
 class _Worker:
@@ -169,7 +169,9 @@ class EnvPool:
             raise ValueError(f"{len(actions)} actions for {len(idx)} envs")
         results: list[StepResult] = []
         live = [k for k, i in enumerate(idx) if i not in self._broken]
-        out = dict(zip(live, self._dispatch("step", [idx[k] for k in live], [(actions[k],) for k in live])))
+        out = dict(
+            zip(live, self._dispatch("step", [idx[k] for k in live], [(actions[k],) for k in live]))
+        )
         for k, i in enumerate(idx):
             ok, value = out.get(k, (False, self._broken.get(i, "")))
             if ok:
@@ -196,10 +198,8 @@ class EnvPool:
 
     def close(self) -> None:
         for w in self._workers:
-            try:
+            with contextlib.suppress(BrokenPipeError, OSError):
                 w.conn.send(None)
-            except (BrokenPipeError, OSError):
-                pass
             w.process.join(timeout=5)
             w.kill()
         self._workers = []
@@ -238,7 +238,9 @@ class EnvPool:
         info["error_detail"] = why
         return StepResult(obs, 0.0, False, True, info)
 
-    def _dispatch(self, op: str, idx: list[int], args: list[tuple], retry: bool = False) -> list[tuple[bool, Any]]:
+    def _dispatch(
+        self, op: str, idx: list[int], args: list[tuple], retry: bool = False
+    ) -> list[tuple[bool, Any]]:
         if self.num_workers == 0:
             return [_run(self._envs[i], op, a) for i, a in zip(idx, args)]
         by_worker: dict[int, list[tuple[int, tuple]]] = {}
@@ -251,8 +253,8 @@ class EnvPool:
             try:
                 self._workers[w].conn.send((op, items))
                 sent.append(w)
-            except (BrokenPipeError, OSError) as exc:
-                self._fail_worker(w, items, f"worker {w} died ({type(exc).__name__})", answers, crashed)
+            except (BrokenPipeError, OSError):
+                self._fail_worker(w, items, self._death(w), answers, crashed)
         for w in sent:
             items = by_worker[w]
             reply = self._receive(w)
@@ -268,8 +270,8 @@ class EnvPool:
                 try:
                     self._workers[w].conn.send((op, [(i, a)]))
                     reply = self._receive(w)
-                except (BrokenPipeError, OSError) as exc:
-                    reply = f"worker {w} died ({type(exc).__name__})"
+                except (BrokenPipeError, OSError):
+                    reply = self._death(w)
                 if isinstance(reply, str):
                     self._fail_worker(w, [(i, a)], reply, answers, crashed)
                 else:
@@ -284,14 +286,29 @@ class EnvPool:
             try:
                 if worker.conn.poll(0.1):
                     return worker.conn.recv()
-            except (EOFError, OSError) as exc:
-                return f"worker {w} (pid {worker.process.pid}) died: {type(exc).__name__}"
+            except (EOFError, OSError):
+                return self._death(w)
             if not worker.process.is_alive():
-                code = worker.process.exitcode
-                return f"worker {w} (pid {worker.process.pid}) died with exit code {code}"
+                return self._death(w)
             waited += 0.1
             if self.step_timeout is not None and waited >= self.step_timeout:
-                return f"worker {w} (pid {worker.process.pid}) timed out after {self.step_timeout} s"
+                return (
+                    f"worker {w} (pid {worker.process.pid}) timed out after {self.step_timeout} s"
+                )
+
+    def _death(self, w: int) -> str:
+        """Why worker ``w`` is gone, with its exit code or the signal that killed it."""
+        process = self._workers[w].process
+        process.join(timeout=2)
+        code = process.exitcode
+        if code is not None and code < 0:
+            try:
+                how = f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"was killed by signal {-code}"
+        else:
+            how = f"died with exit code {code}"
+        return f"worker {w} (pid {process.pid}) {how}"
 
     def _fail_worker(self, w: int, items: list, why: str, answers: dict, crashed: set) -> None:
         """Restart worker ``w``; every episode it held is cut."""

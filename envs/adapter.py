@@ -48,7 +48,9 @@ class DiscreteTextEnv(TextEnv):
     ):
         super().__init__(render_mode)
         if not isinstance(env.action_space, gym.spaces.Discrete):
-            raise TypeError(f"DiscreteTextEnv needs a Discrete action space, got {env.action_space}")
+            raise TypeError(
+                f"DiscreteTextEnv needs a Discrete action space, got {env.action_space}"
+            )
         if len(action_names) != env.action_space.n:
             raise ValueError(f"{len(action_names)} action names for {env.action_space.n} actions")
         self.inner = env
@@ -82,11 +84,25 @@ class DiscreteTextEnv(TextEnv):
         name = action.strip().lower() if isinstance(action, str) else None
         if name not in self.action_names:
             truncated = self._steps >= self.max_steps
-            return self.current_observation(), float(self.invalid_penalty), False, truncated, self._info(False)
-        self._obs, reward, terminated, truncated, inner_info = self.inner.step(self.action_names.index(name))
+            return (
+                self.current_observation(),
+                float(self.invalid_penalty),
+                False,
+                truncated,
+                self._info(False),
+            )
+        self._obs, reward, terminated, truncated, inner_info = self.inner.step(
+            self.action_names.index(name)
+        )
         self._won = self._success(float(reward), bool(terminated), inner_info)
         truncated = bool(truncated) or (not terminated and self._steps >= self.max_steps)
-        return self.current_observation(), float(reward), bool(terminated), truncated, self._info(True)
+        return (
+            self.current_observation(),
+            float(reward),
+            bool(terminated),
+            truncated,
+            self._info(True),
+        )
 
     def current_observation(self) -> str:
         return self._render_obs(self.inner, self._obs)
@@ -157,7 +173,9 @@ def _frozen_lake_expert(env: gym.Env, obs: int) -> int:
     return max(first.get(goal, 0), 0)
 
 
-def make_frozen_lake(map_name: str = "4x4", is_slippery: bool = False, max_steps: int = 30, **kwargs: Any) -> DiscreteTextEnv:
+def make_frozen_lake(
+    map_name: str = "4x4", is_slippery: bool = False, max_steps: int = 30, **kwargs: Any
+) -> DiscreteTextEnv:
     """``agentrl/FrozenLake-v0``: Gymnasium's FrozenLake through :class:`DiscreteTextEnv`.
 
     Text: the map with ``S`` start, ``F`` frozen, ``H`` hole, ``G`` goal and ``P`` the player.

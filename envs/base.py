@@ -112,7 +112,9 @@ def make_info(
     try:
         hash(state_key)
     except TypeError as exc:
-        raise TypeError(f"info['state_key'] must be hashable, got {type(state_key).__name__}") from exc
+        raise TypeError(
+            f"info['state_key'] must be hashable, got {type(state_key).__name__}"
+        ) from exc
     score = float(score)
     if not 0.0 <= score <= 1.0:
         raise ValueError(f"info['score'] must lie in [0, 1], got {score}")

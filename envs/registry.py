@@ -55,7 +55,9 @@ def load_plugins() -> list[str]:
             ep.load()()
             loaded.append(ep.name)
         except Exception as exc:  # a broken plug-in must not break every other env
-            warnings.warn(f"agentrl env plug-in {ep.name!r} ({ep.value}) failed to load: {exc}", stacklevel=2)
+            warnings.warn(
+                f"agentrl env plug-in {ep.name!r} ({ep.value}) failed to load: {exc}", stacklevel=2
+            )
     return loaded
 
 
@@ -66,7 +68,9 @@ def resolve_id(name: str) -> str:
     for env_id in candidates:
         if env_id in gym.registry:
             return env_id
-    raise KeyError(f"unknown environment {name!r}; registered agentrl envs: {', '.join(list_envs())}")
+    raise KeyError(
+        f"unknown environment {name!r}; registered agentrl envs: {', '.join(list_envs())}"
+    )
 
 
 def make(name: str, **kwargs: Any) -> gym.Env:

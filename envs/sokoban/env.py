@@ -9,7 +9,7 @@ import numpy as np
 
 from ..base import TextEnv, make_info
 from .generate import GeneratedRoom, generate_room
-from .room import ACTIONS, Layout, State, move, render
+from .room import ACTIONS, Layout, State, move, parse, render
 from .solver import Solver
 
 _ACTION_RE = re.compile(r"^\s*(up|down|left|right)\s*$", re.IGNORECASE)
@@ -26,9 +26,11 @@ class SokobanEnv(TextEnv):
 
     - Task: ``reset(seed=s)`` draws the room from seed ``s`` (``task_id = str(s)``);
       ``reset(options={"task_id": "s"})`` replays it. Without either, the seed is drawn from the
-      env's own generator.
+      env's own generator. ``reset(options={"room": text})`` plays a hand-written room given in
+      the reference symbols (``task_id = "custom"``; it must be solvable).
     - Actions: ``up``, ``down``, ``left``, ``right`` (case-insensitive, surrounding space
       ignored). Anything else is invalid: the state is unchanged and the step costs the penalty.
+      A move into a wall or an immovable box is a valid no-op, as in gym-sokoban.
     - Rewards (gym-sokoban): -0.1 per step, +1 box onto a target, -1 box off a target,
       +10 when every box is on a target.
     - Episode ends when solved (terminated) or after ``max_steps`` steps (truncated).
@@ -77,16 +79,21 @@ class SokobanEnv(TextEnv):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         options = options or {}
+        if "room" in options:  # a hand-written room in the reference symbols
+            self._start(self._custom_room(options["room"]), "custom")
+            return self.current_observation(), self._info(action_valid=True)
         if "task_id" in options:
             try:
                 room_seed = int(options["task_id"])
             except (TypeError, ValueError) as exc:
-                raise ValueError(f"Sokoban task_id must be an integer string, got {options['task_id']!r}") from exc
+                raise ValueError(
+                    f"Sokoban task_id must be an integer string, got {options['task_id']!r}"
+                ) from exc
         elif seed is not None:
             room_seed = int(seed)
         else:
             room_seed = int(self.np_random.integers(2**31 - 1))
-        self._room = generate_room(
+        room = generate_room(
             np.random.default_rng(room_seed),
             self.dim_room,
             self.num_boxes,
@@ -94,12 +101,22 @@ class SokobanEnv(TextEnv):
             self.search_depth,
             self.open_room,
         )
-        self._layout, self._state = self._room.layout, self._room.state
-        self._solver = Solver(self._layout)
-        self._plan, self._plan_state = list(self._room.solution.actions), self._state
-        self._task_id = str(room_seed)
-        self._steps = 0
+        self._start(room, str(room_seed))
         return self.current_observation(), self._info(action_valid=True)
+
+    def _custom_room(self, text: str) -> GeneratedRoom:
+        layout, state = parse(text)
+        solution = Solver(layout).solve(state)
+        if solution is None:
+            raise ValueError("the given Sokoban room has no solution")
+        return GeneratedRoom(layout, state, solution)
+
+    def _start(self, room: GeneratedRoom, task_id: str) -> None:
+        self._room, self._layout, self._state = room, room.layout, room.state
+        self._solver = Solver(self._layout)
+        self._plan, self._plan_state = list(room.solution.actions), self._state
+        self._task_id = task_id
+        self._steps = 0
 
     def step(self, action: str):
         if self._state is None:
@@ -110,13 +127,21 @@ class SokobanEnv(TextEnv):
         match = _ACTION_RE.match(action) if isinstance(action, str) and len(action) <= 64 else None
         valid = match is not None
         if valid:
-            self._state, delta = move(self._layout, self._state, ACTIONS.index(match.group(1).lower()))
+            self._state, delta = move(
+                self._layout, self._state, ACTIONS.index(match.group(1).lower())
+            )
             reward += box_on if delta > 0 else box_off if delta < 0 else 0.0
         won = self._won()
         if won:
             reward += solved
         truncated = not won and self._steps >= self.max_steps
-        return self.current_observation(), float(reward), won, truncated, self._info(action_valid=valid)
+        return (
+            self.current_observation(),
+            float(reward),
+            won,
+            truncated,
+            self._info(action_valid=valid),
+        )
 
     #: Seeds below this draw training rooms; the "test" split lists rooms from seeds above it.
     TEST_SEED_OFFSET = 1_000_000_000
@@ -141,15 +166,16 @@ class SokobanEnv(TextEnv):
 
     def _info(self, action_valid: bool) -> dict[str, Any]:
         on = sorted(self._state.boxes & self._layout.targets)
+        n_boxes = len(self._state.boxes)
         return make_info(
             instruction=INSTRUCTION,
             task_id=self._task_id,
-            category=self.category,
+            category=f"{self._layout.height}x{self._layout.width}-{n_boxes}box",
             admissible_actions=list(ACTIONS),
             state_key=self._state.key(),
             action_valid=action_valid,
             won=self._won(),
-            score=len(on) / self.num_boxes,
+            score=len(on) / n_boxes,
             milestones=[f"box_on_target_{k + 1}" for k in range(len(on))],
             optimal_steps=self._room.optimal_steps,
             steps=self._steps,

@@ -53,7 +53,9 @@ class GenerationError(RuntimeError):
     """No room satisfying the constraints was found within the allowed attempts."""
 
 
-def carve_topology(rng: np.random.Generator, height: int, width: int, open_room: bool) -> frozenset[int]:
+def carve_topology(
+    rng: np.random.Generator, height: int, width: int, open_room: bool
+) -> frozenset[int]:
     """Floor cells of a room: the full interior, or a random-walk carving (gym-sokoban style)."""
     if open_room:
         return frozenset(r * width + c for r in range(1, height - 1) for c in range(1, width - 1))
@@ -106,7 +108,9 @@ def reverse_play(
     floor = layout.floor
 
     def displacement(pos: tuple[int, ...]) -> int:
-        return sum(abs(p // width - t // width) + abs(p % width - t % width) for p, t in zip(pos, targets))
+        return sum(
+            abs(p // width - t // width) + abs(p % width - t % width) for p, t in zip(pos, targets)
+        )
 
     # node: (player, box positions by box id, last pulled id, swaps, moves so far, depth)
     stack = [(player, tuple(targets), -1, 0, 0, 0)]
@@ -138,7 +142,9 @@ def reverse_play(
                 if key in seen:
                     continue
                 seen.add(key)
-                children.append((back, new_pos, i, swaps + (i != last), cost + reach[stand] + 1, depth + 1))
+                children.append(
+                    (back, new_pos, i, swaps + (i != last), cost + reach[stand] + 1, depth + 1)
+                )
         for j in rng.permutation(len(children)):
             stack.append(children[j])
     if best is None:

@@ -13,7 +13,15 @@ import numpy as np
 ACTIONS: tuple[str, ...] = ("up", "down", "left", "right")
 
 # Reference symbols (gym-sokoban / verl-agent text mode).
-WALL, FLOOR, TARGET, BOX, BOX_ON_TARGET, PLAYER, PLAYER_ON_TARGET = "#", "_", "O", "X", "√", "P", "S"
+WALL, FLOOR, TARGET, BOX, BOX_ON_TARGET, PLAYER, PLAYER_ON_TARGET = (
+    "#",
+    "_",
+    "O",
+    "X",
+    "√",
+    "P",
+    "S",
+)
 
 
 @dataclass(frozen=True)
@@ -97,7 +105,9 @@ def parse(text: str) -> tuple[Layout, State]:
         raise ValueError("no player in the room")
     if len(boxes) != len(targets):
         raise ValueError(f"{len(boxes)} boxes but {len(targets)} targets")
-    return Layout(height, width, frozenset(floor), frozenset(targets)), State(player, frozenset(boxes))
+    return Layout(height, width, frozenset(floor), frozenset(targets)), State(
+        player, frozenset(boxes)
+    )
 
 
 def move(layout: Layout, state: State, action: int) -> tuple[State, int]:

@@ -58,7 +58,9 @@ class Solver:
         pd = self.push_dist
         return sum(pd[b] for b in boxes)
 
-    def _walk(self, start: int, boxes: frozenset[int]) -> tuple[dict[int, int], dict[int, tuple[int, int]]]:
+    def _walk(
+        self, start: int, boxes: frozenset[int]
+    ) -> tuple[dict[int, int], dict[int, tuple[int, int]]]:
         """BFS distances and parents (previous cell, action) for the player among the boxes."""
         dist = {start: 0}
         parent: dict[int, tuple[int, int]] = {}
@@ -74,7 +76,9 @@ class Solver:
                     queue.append(n)
         return dist, parent
 
-    def solve(self, state: State, max_cost: int | None = None, max_nodes: int = 200_000) -> Solution | None:
+    def solve(
+        self, state: State, max_cost: int | None = None, max_nodes: int = 200_000
+    ) -> Solution | None:
         """An optimal plan from ``state``, or ``None`` if none exists within ``max_cost`` moves.
 
         ``max_nodes`` bounds the search effort; when it is exhausted ``None`` is returned.
@@ -89,7 +93,9 @@ class Solver:
         start = (state.player, state.boxes)
         g_best = {start: 0}
         # parent: node -> (previous node, walk path actions + push action)
-        parents: dict[tuple[int, frozenset[int]], tuple[tuple[int, frozenset[int]], tuple[int, ...]]] = {}
+        parents: dict[
+            tuple[int, frozenset[int]], tuple[tuple[int, frozenset[int]], tuple[int, ...]]
+        ] = {}
         counter = 0
         heap = [(self.heuristic(state.boxes), counter, 0, start)]
         expanded = 0
