@@ -1,0 +1,98 @@
+"""The report as a table: plain text, Markdown, or a ``rich`` table.
+
+All three are built from :func:`cells`, so they show the same numbers with the same rounding:
+success and its Wilson interval in percent (one decimal), mean score ×100 (one decimal, as
+papers report WebShop's score), mean steps (one decimal), invalid-action rate in percent.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .report import GroupStats, Report
+
+__all__ = ["HEADERS", "cells", "print_report", "table"]
+
+HEADERS = ("env", "category", "episodes", "success %", "95% CI", "score", "steps", "invalid %", "truncated", "errors")
+
+
+def cells(g: GroupStats) -> list[str]:
+    """One table row of strings for a group."""
+    return [
+        g.env,
+        g.category,
+        str(g.episodes),
+        f"{100 * g.success_rate:.1f}",
+        f"{100 * g.success_ci_low:.1f}–{100 * g.success_ci_high:.1f}",
+        f"{100 * g.mean_score:.1f}",
+        f"{g.mean_steps:.1f}",
+        f"{100 * g.invalid_action_rate:.1f}",
+        str(g.truncations),
+        str(g.errors),
+    ]
+
+
+def _headers_and_rows(report: Report) -> tuple[list[str], list[list[str]]]:
+    """The confidence column is named after the report's level; ``errors`` only when any."""
+    headers = list(HEADERS)
+    headers[4] = f"{100 * report.confidence:g}% CI"
+    rows = [cells(g) for g in report.rows()]
+    if not any(g.errors for g in report.rows()):
+        headers, rows = headers[:-1], [r[:-1] for r in rows]
+    return headers, rows
+
+
+def _plain(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+
+    def line(values: list[str]) -> str:
+        out = [v.ljust(w) if i < 2 else v.rjust(w) for i, (v, w) in enumerate(zip(values, widths))]
+        return "  ".join(out).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(headers), rule, *(line(r) for r in rows)]) + "\n"
+
+
+def _markdown(headers: list[str], rows: list[list[str]]) -> str:
+    align = ["---" if i < 2 else "---:" for i in range(len(headers))]
+    lines = [headers, align, *rows]
+    return "\n".join("| " + " | ".join(r) + " |" for r in lines) + "\n"
+
+
+def _rich(headers: list[str], rows: list[list[str]], title: str | None) -> Any:
+    from rich.table import Table
+
+    tab = Table(title=title)
+    for i, h in enumerate(headers):
+        tab.add_column(h, justify="left" if i < 2 else "right", no_wrap=True)
+    for k, r in enumerate(rows):
+        last_of_env = k + 1 < len(rows) and rows[k + 1][0] != r[0]
+        tab.add_row(*r, end_section=last_of_env)
+    return tab
+
+
+def table(report: Report, kind: str = "plain") -> Any:
+    """``kind``: ``"plain"`` (aligned text), ``"markdown"``, or ``"rich"`` (a ``rich`` Table)."""
+    headers, rows = _headers_and_rows(report)
+    if kind == "plain":
+        return _plain(headers, rows)
+    if kind == "markdown":
+        return _markdown(headers, rows)
+    if kind == "rich":
+        return _rich(headers, rows, report.meta.get("title"))
+    raise ValueError(f"table kind must be 'plain', 'markdown' or 'rich', got {kind!r}")
+
+
+def print_report(report: Report, console: Any = None) -> None:
+    """Print with rich when it is installed (it is in the ``train`` extra), else plain text."""
+    try:
+        from rich.console import Console
+    except ImportError:
+        print(table(report, "plain"), end="")
+        return
+    if console is None:
+        plain_width = max(len(line) for line in table(report, "plain").splitlines())
+        ncols = len(_headers_and_rows(report)[0])
+        console = Console(width=max(Console().width, plain_width + 3 * ncols + 1))
+    console.print(table(report, "rich"))

@@ -1,0 +1,291 @@
+"""Aggregate episode records into per-env, per-category statistics: the evaluation report.
+
+``summarize(records) -> Report``. A report holds one :class:`GroupStats` per (env, category),
+one per env over all its categories (category ``"all"``) and one over everything
+(``report.overall``), plus the records themselves and free-form ``meta`` (agent, split, seeds…).
+It writes itself as JSON (``to_json``), a table (``table``/``print``), a bar chart (``plot``) and
+flat scalars for ``metrics.jsonl``/TensorBoard (``metrics``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .records import EpisodeRecord
+from .stats import wilson_interval
+
+__all__ = [
+    "ALL",
+    "FORMAT",
+    "STATS",
+    "GroupStats",
+    "Report",
+    "metric_key",
+    "parse_metric_key",
+    "summarize",
+]
+
+#: Category (and env) name of the aggregate rows.
+ALL = "all"
+#: Identifies the JSON layout written by :meth:`Report.to_dict`.
+FORMAT = "agentrl.evaluation.report/1"
+#: The per-group statistics exported by :meth:`Report.metrics`.
+STATS = (
+    "episodes",
+    "success_rate",
+    "success_ci_low",
+    "success_ci_high",
+    "mean_score",
+    "mean_steps",
+    "mean_return",
+    "invalid_action_rate",
+    "truncations",
+    "errors",
+)
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    """Statistics of one group of episodes (an env's category, an env, or everything).
+
+    ``success_rate`` and its Wilson interval ``success_ci_low``/``success_ci_high`` are fractions
+    in [0, 1]; ``mean_score`` is the mean final ``info["score"]`` (in [0, 1]);
+    ``invalid_action_rate`` is invalid actions over all actions of the group (step-weighted; 0
+    when the group took no step); ``truncations`` counts episodes that ended without terminating
+    (step cap or cut), ``errors`` those cut by a failure.
+    """
+
+    env: str
+    category: str
+    episodes: int
+    successes: int
+    success_rate: float
+    success_ci_low: float
+    success_ci_high: float
+    mean_score: float
+    mean_steps: float
+    mean_return: float
+    steps: int
+    invalid_actions: int
+    invalid_action_rate: float
+    truncations: int
+    errors: int
+
+    @classmethod
+    def of(cls, env: str, category: str, records: Sequence[EpisodeRecord], confidence: float = 0.95) -> GroupStats:
+        n = len(records)
+        if n == 0:
+            raise ValueError(f"no episodes for env {env!r}, category {category!r}")
+        wins = sum(r.won for r in records)
+        steps = sum(r.steps for r in records)
+        invalid = sum(r.invalid_actions for r in records)
+        low, high = wilson_interval(wins, n, confidence)
+        return cls(
+            env=env,
+            category=category,
+            episodes=n,
+            successes=wins,
+            success_rate=wins / n,
+            success_ci_low=low,
+            success_ci_high=high,
+            mean_score=math.fsum(r.score for r in records) / n,
+            mean_steps=steps / n,
+            mean_return=math.fsum(r.total_reward for r in records) / n,
+            steps=steps,
+            invalid_actions=invalid,
+            invalid_action_rate=invalid / steps if steps else 0.0,
+            truncations=sum(r.truncated for r in records),
+            errors=sum(r.error is not None for r in records),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _natural_key(text: str) -> list[Any]:
+    """Sort key that orders ``"6x6"`` before ``"10x10"``."""
+    return [int(part) if part.isdigit() else part.lower() for part in re.split(r"(\d+)", text)]
+
+
+def _order(names: Iterable[str], preferred: Sequence[str] | None) -> list[str]:
+    names = set(names)
+    first = [c for c in (preferred or ()) if c in names]
+    return first + sorted(names - set(first), key=_natural_key)
+
+
+@dataclass(frozen=True)
+class Report:
+    """An evaluation report; build it with :func:`summarize`."""
+
+    groups: tuple[GroupStats, ...]
+    overall: GroupStats
+    records: tuple[EpisodeRecord, ...]
+    meta: dict[str, Any] = field(default_factory=dict)
+    confidence: float = 0.95
+
+    # -- lookup --------------------------------------------------------------------------------
+    @property
+    def envs(self) -> list[str]:
+        return list(dict.fromkeys(g.env for g in self.groups))
+
+    def categories(self, env: str) -> list[str]:
+        """The categories of ``env`` in report order, without the ``"all"`` row."""
+        return [g.category for g in self.groups if g.env == env and g.category != ALL]
+
+    def get(self, env: str, category: str = ALL) -> GroupStats:
+        if env == ALL and category == ALL:
+            return self.overall
+        for g in self.groups:
+            if g.env == env and g.category == category:
+                return g
+        raise KeyError(f"no group for env {env!r}, category {category!r}")
+
+    def rows(self) -> list[GroupStats]:
+        """Table rows: each env's categories then its ``all`` row, then the overall row when
+        there is more than one env."""
+        return list(self.groups) + ([self.overall] if len(self.envs) > 1 else [])
+
+    # -- JSON ----------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "meta": self.meta,
+            "confidence": self.confidence,
+            "groups": [g.to_dict() for g in self.groups],
+            "overall": self.overall.to_dict(),
+            "episodes": [r.to_dict() for r in self.records],
+        }
+
+    def to_json(self, path: str | Path | None = None, indent: int = 1) -> str:
+        """The report as JSON text (keys in a fixed order); also written to ``path`` if given."""
+        text = json.dumps(self.to_dict(), indent=indent, allow_nan=False) + "\n"
+        if path is not None:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(text)
+        return text
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Report:
+        """Rebuild a report from :meth:`to_dict` output, re-deriving (and checking) the stats."""
+        if data.get("format") != FORMAT:
+            raise ValueError(f"not an agentrl evaluation report (format {data.get('format')!r}, expected {FORMAT!r})")
+        records = [EpisodeRecord.from_dict(r) for r in data["episodes"]]
+        order = {}
+        for g in data.get("groups", []):
+            order.setdefault(g["env"], []).append(g["category"])
+        report = summarize(records, meta=data.get("meta") or {}, confidence=data.get("confidence", 0.95),
+                           category_order={e: [c for c in cs if c != ALL] for e, cs in order.items()})
+        stored = [dict(g) for g in data.get("groups", [])]
+        if stored and stored != [g.to_dict() for g in report.groups]:
+            raise ValueError("report groups do not match its episodes (file edited or corrupted)")
+        return report
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> Report:
+        try:
+            data = json.loads(Path(path).read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+        return cls.from_dict(data)
+
+    # -- flat metrics (metrics.jsonl, TensorBoard) ---------------------------------------------
+    def metrics(self, prefix: str = "eval") -> dict[str, float]:
+        """Flat scalars: ``{prefix}/{env}/{category}/{stat}`` for every group (category
+        ``all`` for an env's total) and ``{prefix}/{stat}`` for the overall group.
+
+        ``stat`` is one of :data:`STATS`. Names are sanitised by :func:`metric_key`.
+        """
+        out: dict[str, float] = {}
+        for stat in STATS:
+            out[metric_key(prefix, None, None, stat)] = float(getattr(self.overall, stat))
+        for g in self.groups:
+            for stat in STATS:
+                out[metric_key(prefix, g.env, g.category, stat)] = float(getattr(g, stat))
+        return out
+
+    # -- rendering (see render.py, charts.py) --------------------------------------------------
+    def table(self, kind: str = "plain") -> Any:
+        """The table: ``"plain"`` or ``"markdown"`` text, or a ``rich.table.Table`` (``"rich"``)."""
+        from . import render
+
+        return render.table(self, kind)
+
+    def print(self, console: Any = None) -> None:
+        """Print the table (rich when installed, plain text otherwise)."""
+        from . import render
+
+        render.print_report(self, console)
+
+    def plot(self, path: str | Path, title: str | None = None) -> Any:
+        """Draw the success-rate bar chart with Wilson intervals to ``path`` (PNG); returns the
+        matplotlib figure."""
+        from .charts import plot_bars
+
+        return plot_bars([self], path, title=title)
+
+
+def summarize(
+    records: Iterable[EpisodeRecord | Mapping[str, Any]],
+    meta: Mapping[str, Any] | None = None,
+    confidence: float = 0.95,
+    category_order: Mapping[str, Sequence[str]] | None = None,
+) -> Report:
+    """Aggregate episode records (or their dicts) into a :class:`Report`.
+
+    Envs keep their first-seen order; categories are sorted naturally (``6x6`` before
+    ``10x10``) unless ``category_order[env]`` lists some first. Raises ``ValueError`` on an
+    empty input: a report over nothing is a configuration error, not 0 %.
+    """
+    recs = tuple(r if isinstance(r, EpisodeRecord) else EpisodeRecord.from_dict(r) for r in records)
+    if not recs:
+        raise ValueError("cannot summarize zero episodes")
+    by_env: dict[str, list[EpisodeRecord]] = {}
+    for r in recs:
+        by_env.setdefault(r.env, []).append(r)
+    groups: list[GroupStats] = []
+    for env, env_recs in by_env.items():
+        by_cat: dict[str, list[EpisodeRecord]] = {}
+        for r in env_recs:
+            by_cat.setdefault(r.category, []).append(r)
+        for cat in _order(by_cat, (category_order or {}).get(env)):
+            groups.append(GroupStats.of(env, cat, by_cat[cat], confidence))
+        groups.append(GroupStats.of(env, ALL, env_recs, confidence))
+    overall = GroupStats.of(ALL, ALL, recs, confidence)
+    return Report(tuple(groups), overall, recs, dict(meta or {}), confidence)
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
+
+
+def _safe(name: str) -> str:
+    return _UNSAFE.sub("_", name) or "_"
+
+
+def metric_key(prefix: str, env: str | None, category: str | None, stat: str) -> str:
+    """``eval/Sokoban-v0/6x6-1box/success_rate`` (or ``eval/success_rate`` for the overall
+    group). Characters other than letters, digits, ``_.-`` in env and category become ``_``."""
+    parts = [prefix] if prefix else []
+    if env is not None:
+        parts += [_safe(env), _safe(category if category is not None else ALL)]
+    return "/".join(parts + [stat])
+
+
+def parse_metric_key(key: str, prefix: str = "eval") -> tuple[str, str, str] | None:
+    """Inverse of :func:`metric_key`: ``(env, category, stat)``, with ``("all", "all", stat)``
+    for the overall group; ``None`` when ``key`` is not an evaluation metric."""
+    parts = key.split("/")
+    if prefix:
+        if not parts or parts[0] != prefix:
+            return None
+        parts = parts[1:]
+    if len(parts) == 1 and parts[0] in STATS:
+        return ALL, ALL, parts[0]
+    if len(parts) == 3 and parts[2] in STATS:
+        return parts[0], parts[1], parts[2]
+    return None
