@@ -40,14 +40,14 @@ def register_builtins() -> None:
         register(name, entry_point)
 
 
-def load_plugins() -> list[str]:
-    """Call every ``agentrl.envs`` entry point once; returns the names loaded.
+def load_plugins(force: bool = False) -> list[str]:
+    """Call every ``agentrl.envs`` entry point once (again with ``force``); returns the names loaded.
 
     A plug-in that fails to load is reported with a warning naming it; the others still load.
     """
     global _plugins_loaded
-    loaded = []
-    if _plugins_loaded:
+    loaded: list[str] = []
+    if _plugins_loaded and not force:
         return loaded
     _plugins_loaded = True
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
