@@ -18,7 +18,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["StepBatch", "StepBatchError"]
+from .ops import combine_codes
+
+__all__ = ["StepBatch", "StepBatchError", "factorize", "to_hashable"]
 
 
 class StepBatchError(ValueError):
@@ -43,7 +45,8 @@ def _as_int(name: str, values: Any, n: int | None) -> np.ndarray:
         return arr.astype(np.int64)
     if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
         return arr.astype(np.int64)
-    raise StepBatchError(f"column {name!r} must hold integers, got dtype {arr.dtype}")
+    hint = " (map string or uuid ids to integers with credit.factorize)" if arr.dtype.kind in "OUS" else ""
+    raise StepBatchError(f"column {name!r} must hold integers, got dtype {arr.dtype}{hint}")
 
 
 def _as_float(name: str, values: Any, n: int, ndim: int = 1) -> np.ndarray:
@@ -81,14 +84,38 @@ def _as_keys(name: str, values: Any, n: int) -> np.ndarray:
     return arr
 
 
+def to_hashable(x: Any) -> Any:
+    """A hashable stand-in for ``x``: lists, arrays and dicts become (nested) tuples."""
+    if isinstance(x, np.ndarray):
+        return (x.shape, tuple(x.ravel().tolist()))
+    if isinstance(x, list | tuple):
+        return tuple(to_hashable(e) for e in x)
+    if isinstance(x, dict):
+        return tuple(sorted((k, to_hashable(v)) for k, v in x.items()))
+    if isinstance(x, set):
+        return frozenset(to_hashable(e) for e in x)
+    return x
+
+
 def factorize(keys: np.ndarray) -> tuple[np.ndarray, int]:
-    """Integer codes 0..k-1 for the distinct values of ``keys`` (any hashables); returns (codes, k)."""
-    if keys.dtype.kind in "iufbSU":
+    """Integer codes 0..k-1 for the distinct values of ``keys`` (any hashables); returns (codes, k).
+
+    Numeric keys are coded in sorted order; other keys in order of first appearance (codes are
+    labels only: no estimator depends on their order). Unhashable keys (lists, arrays, dicts) are
+    compared by content.
+    """
+    keys = np.asarray(keys) if not isinstance(keys, np.ndarray) else keys
+    if keys.dtype.kind in "iufb":
         uniq, codes = np.unique(keys, return_inverse=True)
         return codes.astype(np.int64).reshape(-1), len(uniq)
+    items = keys.tolist()
     table: dict[Any, int] = {}
-    codes = np.fromiter((table.setdefault(k, len(table)) for k in keys), dtype=np.int64, count=len(keys))
-    return codes, len(table)
+    try:
+        codes = [table.setdefault(k, len(table)) for k in items]
+    except TypeError:
+        table = {}
+        codes = [table.setdefault(to_hashable(k), len(table)) for k in items]
+    return np.asarray(codes, dtype=np.int64).reshape(-1), len(table)
 
 
 @dataclass(frozen=True, eq=False)
@@ -244,6 +271,50 @@ class StepBatch:
     def action_index(self) -> np.ndarray:
         """Per row, ``action_key`` as an integer code."""
         return factorize(self.action_key)[0]
+
+    @cached_property
+    def _anchor_codes(self) -> tuple[np.ndarray, int]:
+        return combine_codes((self.group_index, self.num_groups), (self.state_index, int(self.state_index.max()) + 1))
+
+    @property
+    def anchor_index(self) -> np.ndarray:
+        """Per row, its anchor-state group: rows of one task group with equal ``state_key``."""
+        return self._anchor_codes[0]
+
+    @property
+    def num_anchors(self) -> int:
+        return self._anchor_codes[1]
+
+    def history_levels(self, max_k: int) -> list[tuple[np.ndarray, int]]:
+        """For k = 1..max_k, codes of (group, state keys of steps t-k+1..t); -1 where t < k-1.
+
+        Level 1 is :attr:`anchor_index`. Level k extends level k-1 by one earlier state (one
+        vectorised factorisation per level), so rows share a level-k code iff they are in the
+        same task group and their last k states are equal.
+        """
+        if max_k < 1:
+            raise ValueError(f"history length k must be >= 1, got {max_k}")
+        codes, n = self.anchor_index, self.num_anchors
+        levels = [(codes, n)]
+        s_dim = int(self.state_index.max()) + 1
+        mat = self.step_matrix
+        for j in range(1, max_k):
+            rows = np.flatnonzero(self.t >= j)  # these rows had a key at level j as well
+            prev = mat[self.traj_index[rows], self.t[rows] - j]
+            joint, n = combine_codes((codes[rows], max(n, 1)), (self.state_index[prev], s_dim))
+            codes = np.full(len(self), -1, dtype=np.int64)
+            codes[rows] = joint
+            levels.append((codes, n))
+        return levels
+
+    @cached_property
+    def traj_success(self) -> np.ndarray | None:
+        """Per trajectory code, whether it succeeded (``None`` without a ``success`` column)."""
+        if self.success is None:
+            return None
+        out = np.zeros(self.num_trajectories, dtype=bool)
+        out[self.traj_index] = self.success
+        return out
 
     # -- returns --------------------------------------------------------------------------------
     @cached_property

@@ -1,4 +1,14 @@
-"""Vectorised group statistics shared by credit modules (segment means, stds, normalisation)."""
+"""Vectorised segment statistics shared by credit modules.
+
+A *segment* is any grouping of rows given as integer codes ``0..n-1`` (an episode group, an
+anchor-state group, a (group, turn) cell...). Everything here is one pass of ``np.bincount`` /
+``ufunc.at`` over the rows, so cost is linear in the number of rows and independent of row order
+up to floating-point rounding.
+
+Means are taken relative to each segment's maximum, so a segment whose values are all equal gets
+deviations of exactly 0 (not 1e-17 noise that z-scoring would blow up), and huge common offsets
+do not cancel catastrophically.
+"""
 
 from __future__ import annotations
 
@@ -7,26 +17,70 @@ from typing import Literal
 import numpy as np
 
 Mode = Literal["mean", "mean_std"]
+Singleton = Literal["zero", "raw"]
 EPS = 1e-6
+MODES = ("mean", "mean_std")
+
+__all__ = [
+    "EPS",
+    "MODES",
+    "Mode",
+    "check_choice",
+    "combine_codes",
+    "deviations",
+    "normalize",
+    "segment_max",
+    "segment_mean",
+    "segment_std",
+    "segment_sum",
+]
+
+
+def check_choice(name: str, value: object, choices: tuple) -> None:
+    """Raise ``ValueError`` naming the option and its valid values when ``value`` is not one."""
+    if value not in choices:
+        raise ValueError(f"option {name!r} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+
+
+def segment_sum(values: np.ndarray, codes: np.ndarray, n: int) -> np.ndarray:
+    return np.bincount(codes, weights=values, minlength=n)
+
+
+def segment_max(values: np.ndarray, codes: np.ndarray, n: int) -> np.ndarray:
+    """Per segment, the maximum (``-inf`` for empty segments)."""
+    out = np.full(n, -np.inf)
+    np.maximum.at(out, codes, values)
+    return out
+
+
+def deviations(values: np.ndarray, codes: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row ``x - mean_segment(x)`` (exactly 0 in constant segments), and per-segment counts."""
+    counts = np.bincount(codes, minlength=n)
+    ref = segment_max(values, codes, n)
+    shifted = values - ref[codes]
+    mean_shift = segment_sum(shifted, codes, n) / np.maximum(counts, 1)
+    return shifted - mean_shift[codes], counts
 
 
 def segment_mean(values: np.ndarray, codes: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per segment code, the mean of ``values`` and the count (empty segments: mean 0)."""
+    """Per segment, the mean of ``values`` and the count (empty segments: mean 0)."""
     counts = np.bincount(codes, minlength=n)
-    sums = np.bincount(codes, weights=values, minlength=n)
-    return sums / np.maximum(counts, 1), counts
+    ref = segment_max(values, codes, n)
+    ref = np.where(counts > 0, ref, 0.0)
+    shifted = values - ref[codes]
+    return ref + segment_sum(shifted, codes, n) / np.maximum(counts, 1), counts
+
+
+def _std_from_dev(dev: np.ndarray, codes: np.ndarray, counts: np.ndarray, ddof: int) -> np.ndarray:
+    ss = np.bincount(codes, weights=dev * dev, minlength=len(counts))
+    denom = counts - ddof
+    return np.sqrt(np.where(denom > 0, ss / np.where(denom > 0, denom, 1), 0.0))
 
 
 def segment_std(values: np.ndarray, codes: np.ndarray, n: int, ddof: int = 1) -> np.ndarray:
-    """Per segment code, the standard deviation (0 where there are <= ddof members).
-
-    Two-pass (deviations from the segment mean) so large offsets do not cancel catastrophically.
-    """
-    mean, counts = segment_mean(values, codes, n)
-    dev = values - mean[codes]
-    ss = np.bincount(codes, weights=dev * dev, minlength=n)
-    denom = counts - ddof
-    return np.sqrt(np.where(denom > 0, ss / np.where(denom > 0, denom, 1), 0.0))
+    """Per segment, the standard deviation (0 where a segment has <= ddof members)."""
+    dev, counts = deviations(values, codes, n)
+    return _std_from_dev(dev, codes, counts, ddof)
 
 
 def normalize(
@@ -36,22 +90,41 @@ def normalize(
     mode: Mode = "mean_std",
     ddof: int = 1,
     eps: float = EPS,
-    singleton: Literal["zero", "raw"] = "zero",
+    singleton: Singleton = "zero",
 ) -> np.ndarray:
     """Normalise ``values`` within segments: ``x - mean`` or ``(x - mean) / (std + eps)``.
 
+    ``ddof=1`` is the unbiased std (``torch.std``), ``ddof=0`` the population std.
     ``singleton``: what a segment of one member gets: ``"zero"`` (no baseline, no signal), or
     ``"raw"`` (mean 0 and std 1, the convention of the verl / verl-agent reference code).
     """
-    if mode not in ("mean", "mean_std"):
-        raise ValueError(f"mode must be 'mean' or 'mean_std', got {mode!r}")
-    mean, counts = segment_mean(values, codes, n)
-    out = values - mean[codes]
+    check_choice("mode", mode, MODES)
+    check_choice("singleton", singleton, ("zero", "raw"))
+    dev, counts = deviations(values, codes, n)
+    out = dev
     if mode == "mean_std":
-        std = segment_std(values, codes, n, ddof)
-        out = out / (std[codes] + eps)
-    single = counts[codes] == 1
-    if single.any():
-        raw = values / (1.0 + eps) if mode == "mean_std" else values
-        out = np.where(single, raw if singleton == "raw" else 0.0, out)
+        std = _std_from_dev(dev, codes, counts, ddof)
+        out = dev / (std[codes] + eps)
+    if singleton == "raw":
+        single = counts[codes] == 1
+        if single.any():
+            raw = values / (1.0 + eps) if mode == "mean_std" else values
+            out = np.where(single, raw, out)
     return out
+
+
+def combine_codes(*codes: tuple[np.ndarray, int]) -> tuple[np.ndarray, int]:
+    """Joint codes for tuples of code arrays: rows share a code iff they share every input code.
+
+    Each argument is ``(codes, n)`` with codes in ``0..n-1``; returns ``(codes, k)``.
+    """
+    acc, size = codes[0]
+    acc = np.asarray(acc, dtype=np.int64)
+    for c, n in codes[1:]:
+        if size * max(n, 1) >= 2**62:  # re-densify before the product could overflow
+            acc = np.unique(acc, return_inverse=True)[1].reshape(-1)
+            size = int(acc.max()) + 1 if len(acc) else 0
+        acc = acc * n + np.asarray(c, dtype=np.int64)
+        size = size * n
+    uniq, inv = np.unique(acc, return_inverse=True)
+    return inv.reshape(-1).astype(np.int64), len(uniq)

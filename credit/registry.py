@@ -22,10 +22,16 @@ __all__ = ["CreditResult", "available", "compute", "get", "options", "register"]
 
 @dataclass(frozen=True)
 class CreditResult:
-    """Per-step advantages (float32, aligned with the batch rows) and diagnostics."""
+    """Per-step advantages (float32, aligned with the batch rows) and diagnostics.
+
+    ``components`` holds named parts of the advantage before they are summed (for example
+    ``"episode"`` and ``"step"`` for GiGPO), so :func:`credit.compose` can stack one module's step
+    term on another module's base without code.
+    """
 
     advantages: np.ndarray
     diagnostics: dict[str, Any] = field(default_factory=dict)
+    components: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 CreditFn = Callable[..., CreditResult]
@@ -78,6 +84,7 @@ def compute(batch: StepBatch, method: str, **hparams: Any) -> CreditResult:
         raise RuntimeError(f"credit module {method!r} returned shape {adv.shape}, expected ({len(batch)},)")
     if not np.isfinite(adv).all():
         raise FloatingPointError(f"credit module {method!r} produced non-finite advantages")
+    adv = adv.astype(np.float32, copy=False)
     diagnostics = dict(result.diagnostics)
-    diagnostics.setdefault("zero_advantage_fraction", float(np.mean(adv == 0.0)))
-    return CreditResult(adv.astype(np.float32, copy=False), diagnostics)
+    diagnostics["zero_advantage_fraction"] = float(np.mean(adv == 0.0))
+    return CreditResult(adv, diagnostics, dict(result.components))
