@@ -1,0 +1,149 @@
+"""Which advantage estimators the lab measures, and the honest inputs each one gets.
+
+Every module registered in :mod:`credit` is measured with its default options (plus any variants
+named on the command line as ``name:opt=value,opt=value``). Optional step-batch columns are
+supplied from the exact model, and the report says so:
+
+- ``value``: the true V^pi(s_t) with the module's own ``gamma`` (1.0 if it has none) and the
+  step's steps-left: a perfect critic. A critic-based module is therefore an upper reference,
+  not a like-for-like rival of the critic-free ones.
+- ``embedding``: a fixed random Gaussian vector per state (dimension 64, unit norm): distinct
+  states are nearly orthogonal, so cosine clustering recovers exact state identity.
+- ``milestone``: the environment's milestone events (Sokoban: a box onto a target; the
+  pick-and-place task: picking the object up, and the winning put).
+
+Reference estimators (names starting ``ref:``) are not credit modules:
+``ref:mc-minus-true-V`` is G_t - V^pi(s_t) (the single-sample return with a perfect baseline: the
+noise floor of any Monte Carlo estimator), ``ref:true-advantage`` is A^pi itself (used only by
+the learning runs, as the upper bound).
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import credit
+from credit import StepBatchError
+
+from .mdp import PolicyValues, TabularMDP, evaluate_policy
+from .sampler import Rollouts, to_step_batch
+
+__all__ = ["Inputs", "ModuleSpec", "default_specs", "module_gamma", "parse_spec", "run_spec"]
+
+EMBED_DIM = 64
+REFERENCES = ("ref:mc-minus-true-V", "ref:true-advantage")
+
+
+@dataclass(frozen=True)
+class ModuleSpec:
+    """A row of the report: a registered credit module (or reference) and its options."""
+
+    label: str
+    name: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_reference(self) -> bool:
+        return self.name.startswith("ref:")
+
+
+def parse_spec(text: str) -> ModuleSpec:
+    """``"gigpo"`` or ``"gigpo:mode=mean,gamma=0.9"`` (values parsed as Python literals)."""
+    text = text.strip()
+    prefix = "ref:" if text.startswith("ref:") else ""
+    name, _, rest = text[len(prefix) :].partition(":")
+    name = prefix + name
+    opts: dict[str, Any] = {}
+    if rest:
+        for item in rest.split(","):
+            key, eq, val = item.partition("=")
+            if not eq:
+                raise ValueError(f"bad module option {item!r} in {text!r}; expected key=value")
+            try:
+                opts[key.strip()] = ast.literal_eval(val.strip())
+            except (ValueError, SyntaxError):
+                opts[key.strip()] = val.strip()
+    if not name.startswith("ref:") and name not in credit.available():
+        raise ValueError(
+            f"unknown credit module {name!r}; registered: {', '.join(credit.available())}"
+        )
+    if name.startswith("ref:") and name not in REFERENCES:
+        raise ValueError(f"unknown reference {name!r}; valid: {', '.join(REFERENCES)}")
+    label = name if not opts else f"{name}[{','.join(f'{k}={v}' for k, v in opts.items())}]"
+    return ModuleSpec(label, name, opts)
+
+
+def default_specs() -> list[ModuleSpec]:
+    """Every registered credit module with its defaults."""
+    return [ModuleSpec(n, n) for n in credit.available()]
+
+
+def module_gamma(spec: ModuleSpec) -> float:
+    """The discount a module works with (its ``gamma`` option), 1.0 when it has none."""
+    if spec.is_reference:
+        return float(spec.options.get("gamma", 1.0))
+    if "gamma" in spec.options:
+        return float(spec.options["gamma"])
+    default = credit.options(spec.name).get("gamma", 1.0)
+    return 1.0 if default is inspect.Parameter.empty else float(default)
+
+
+@dataclass
+class Inputs:
+    """One sampled batch and the exact model it came from; caches V^pi per discount."""
+
+    mdp: TabularMDP
+    policy: np.ndarray
+    rollouts: Rollouts
+    embedding: np.ndarray
+    _values: dict[float, PolicyValues] = field(default_factory=dict)
+
+    def values(self, gamma: float) -> PolicyValues:
+        if gamma not in self._values:
+            self._values[gamma] = evaluate_policy(self.mdp, self.policy, gamma)
+        return self._values[gamma]
+
+    def true_advantage(self, gamma: float) -> np.ndarray:
+        r = self.rollouts
+        return self.values(gamma).advantage(r.state, r.action, r.steps_left)
+
+    def true_value(self, gamma: float) -> np.ndarray:
+        r = self.rollouts
+        return self.values(gamma).value(r.state, r.steps_left)
+
+
+def state_embedding(num_states: int, rng: np.random.Generator, dim: int = EMBED_DIM) -> np.ndarray:
+    """A fixed random unit vector per state (nearly orthogonal across states)."""
+    e = rng.standard_normal((num_states, dim))
+    return e / np.linalg.norm(e, axis=1, keepdims=True)
+
+
+def run_spec(spec: ModuleSpec, inputs: Inputs) -> tuple[np.ndarray | None, str]:
+    """(advantages, status). Status is ``"ok"``, ``"skipped: ..."`` (an input the lab cannot
+    supply honestly, or a required option) or ``"failed: ..."`` (the module raised)."""
+    gamma = module_gamma(spec)
+    if spec.name == "ref:true-advantage":
+        return inputs.true_advantage(gamma), "ok"
+    if spec.name == "ref:mc-minus-true-V":
+        return inputs.rollouts.discounted_returns(gamma) - inputs.true_value(gamma), "ok"
+    params = credit.options(spec.name)
+    missing = [
+        k for k, v in params.items() if v is inspect.Parameter.empty and k not in spec.options
+    ]
+    if missing:
+        return None, f"skipped: needs option(s) {', '.join(missing)} with no default"
+    batch = to_step_batch(
+        inputs.rollouts, value=inputs.true_value(gamma), embedding=inputs.embedding
+    )
+    try:
+        result = credit.compute(batch, spec.name, **spec.options)
+    except StepBatchError as exc:
+        return None, f"skipped: {exc}"
+    except Exception as exc:  # noqa: BLE001 - a module's failure is a finding to report
+        return None, f"failed: {type(exc).__name__}: {exc}"
+    return np.asarray(result.advantages, dtype=np.float64), "ok"
