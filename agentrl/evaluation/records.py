@@ -15,7 +15,8 @@ class EpisodeRecord:
     """The outcome of one episode: what every statistic in a report is computed from.
 
     - ``env``: the environment name (e.g. ``"Sokoban-v0"``); ``category``: the task's category
-      from ``info["category"]``; ``task_id`` and ``seed``: what reset the episode (replayable).
+      from ``info["category"]``; ``task_id`` and ``seed``: what reset the episode (replayable);
+      ``agent_seed``: the seed of the agent's own randomness (sampling, random choices).
     - ``won`` and ``score``: the env's ``info["won"]`` and ``info["score"]`` at the last step.
     - ``steps``: actions taken; ``invalid_actions``: steps whose ``info["action_valid"]`` was
       false (including responses the parser could not read, which the env sees as invalid).
@@ -35,6 +36,7 @@ class EpisodeRecord:
     truncated: bool = False
     total_reward: float = 0.0
     seed: int | None = None
+    agent_seed: int | None = None
     error: str | None = None
 
     def __post_init__(self) -> None:
