@@ -22,6 +22,7 @@ ENTRY_POINT_GROUP = "agentrl.envs"
 BUILTIN: dict[str, str] = {
     "Sokoban-v0": "envs.sokoban:SokobanEnv",
     "FrozenLake-v0": "envs.adapter:make_frozen_lake",
+    "WebShop-v0": "envs.webshop:WebShopEnv",
 }
 
 _plugins_loaded = False
