@@ -87,7 +87,7 @@ def context_table(context: list[dict]) -> str:
 
 def render(args, specs, fcfg, lcfg, frec, fctx, fstatus, lagg, lstatus, fagg, wall, plots) -> str:
     order = [s.label for s in specs]
-    cmd = "python scripts/credit_fidelity.py" + "".join(f" {shlex.quote(a)}" for a in sys.argv[1:])
+    cmd = "python scripts/credit_fidelity.py" + "".join(f" {shlex.quote(a)}" for a in args.argv)
     statuses = {**fstatus, **{k: v for k, v in lstatus.items() if v != "ok" or k not in fstatus}}
     lines = [
         "## Generated results",
@@ -167,8 +167,10 @@ def render(args, specs, fcfg, lcfg, frec, fctx, fstatus, lagg, lstatus, fagg, wa
     lines += [
         "### Learning efficiency",
         "",
-        f"Success before training: the uniform policy ({lcfg.iterations} iterations × "
-        f"{lcfg.tasks * lcfg.group_size} episodes each).",
+        f"Exact success probability after {lcfg.iterations} iterations of "
+        f"{lcfg.tasks * lcfg.group_size} episodes (final), and its mean over all iterations "
+        "(area under the learning curve: higher means faster). Training starts from the "
+        "uniform policy.",
         "",
         report.learning_table(lagg, lcfg.envs, order),
         "",
@@ -204,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         "--json", type=Path, default=None, help="also dump the raw per-seed records here"
     )
     args = ap.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
 
     envs = tuple(e.strip() for e in args.envs.split(",") if e.strip())
     unknown = [e for e in envs if e not in ENVS]
