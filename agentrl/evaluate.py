@@ -1,0 +1,130 @@
+"""``python -m agentrl.evaluate``: evaluate an agent on an env's fixed evaluation set.
+
+A Hydra app (config ``configs/evaluate.yaml``, groups ``env/`` and ``agent/``). It builds the
+task list (``env.task_ids(split, episodes)`` or seeds), plays it with the agent through the env
+pool, and writes to ``output_dir``: ``results.json`` (config, task ids, seeds, every episode and
+every statistic), ``table.md`` and ``success.png``; the table is also printed. If the run stops
+early (an unreachable endpoint, a task that cannot start), the finished episodes are written to
+``results.partial.json`` and the command exits with the reason.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from . import __version__
+from .evaluation import Report, summarize
+from .evaluation.runner import Agent, EvaluationError, run_episodes
+from .evaluation.tasks import make_tasks
+
+__all__ = ["build_agent", "evaluate", "main"]
+
+AGENTS = ("random", "expert", "endpoint", "model")
+
+
+def build_agent(agent_cfg: DictConfig, cfg: DictConfig) -> Agent:
+    """The agent named by ``agent_cfg.name`` (one of :data:`AGENTS`)."""
+    name = agent_cfg.get("name")
+    if name == "random":
+        from .evaluation.agents import RandomAgent
+
+        return RandomAgent(open_action=agent_cfg.get("open_action"))
+    if name == "expert":
+        from .evaluation.agents import ExpertAgent
+
+        return ExpertAgent()
+    if name == "endpoint":
+        from .evaluation.endpoint import EndpointAgent
+
+        return EndpointAgent.from_config(agent_cfg, cfg)
+    if name == "model":
+        from .evaluation.model_agent import ModelAgent
+
+        return ModelAgent.from_config(agent_cfg, cfg)
+    raise ValueError(f"unknown agent {name!r}; choose one of {', '.join(AGENTS)} (agent=<name>)")
+
+
+def _resolve(cfg: DictConfig) -> dict[str, Any]:
+    """The settings actually used, with the env config's defaults filled in."""
+    env = cfg.env
+    for key in ("id", "kwargs"):
+        if key not in env:
+            raise ValueError(f"env config has no {key!r} (see docs/architecture.md, 'Env configs')")
+    pick = lambda own, env_key, default=None: own if own is not None else env.get(env_key, default)  # noqa: E731
+    settings = {
+        "env": str(env.id),
+        "env_kwargs": OmegaConf.to_container(env.kwargs, resolve=True) or {},
+        "split": pick(cfg.split, "eval_split"),
+        "episodes": pick(cfg.episodes, "eval_episodes"),
+        "task_ids": list(cfg.task_ids) if cfg.task_ids is not None else None,
+        "seed_base": env.get("eval_seed_base"),
+        "repeats": int(cfg.repeats),
+        "seed": int(cfg.seed),
+        "max_steps": pick(cfg.max_steps, "max_steps"),
+        "invalid_penalty": float(env.get("invalid_penalty", 0.0) or 0.0),
+        "num_envs": int(cfg.num_envs),
+        "num_workers": int(pick(cfg.num_workers, "num_workers", 0) or 0),
+        "step_timeout": pick(cfg.step_timeout, "step_timeout"),
+        "confidence": float(cfg.confidence),
+    }
+    if settings["task_ids"] is not None:
+        settings["split"] = None
+    return settings
+
+
+def evaluate(cfg: DictConfig) -> Report:
+    """Run the evaluation described by ``cfg`` and write its outputs; returns the report."""
+    s = _resolve(cfg)
+    out = Path(cfg.output_dir)
+    tasks = make_tasks(s["env"], s["env_kwargs"], split=s["split"], episodes=s["episodes"], task_ids=s["task_ids"],
+                       seed_base=s["seed_base"], seed=s["seed"], repeats=s["repeats"])
+    agent_cfg = OmegaConf.to_container(cfg.agent, resolve=True)
+    meta = {
+        "agent": str(cfg.agent.name),
+        "agent_config": {k: v for k, v in agent_cfg.items() if k not in ("api_key",)},
+        **{k: s[k] for k in ("env", "env_kwargs", "split", "episodes", "repeats", "seed", "max_steps",
+                             "invalid_penalty")},
+        "tasks": [t.to_dict() for t in tasks],
+        "agentrl_version": __version__,
+    }
+    agent = build_agent(cfg.agent, cfg)
+    try:
+        records = run_episodes(s["env"], tasks, agent, env_kwargs=s["env_kwargs"], num_envs=s["num_envs"],
+                               num_workers=s["num_workers"], max_steps=s["max_steps"],
+                               invalid_penalty=s["invalid_penalty"], step_timeout=s["step_timeout"],
+                               progress=bool(cfg.progress))
+    except EvaluationError as exc:
+        if exc.records:
+            summarize(exc.records, meta={**meta, "stopped": str(exc)}, confidence=s["confidence"]).to_json(
+                out / "results.partial.json")
+        raise
+    finally:
+        agent.close()
+    report = summarize(records, meta=meta, confidence=s["confidence"])
+    report.to_json(out / "results.json")
+    (out / "table.md").write_text(report.table("markdown"))
+    report.plot(out / "success.png", title=f"{meta['agent']} on {s['env']}")
+    return report
+
+
+@hydra.main(version_base=None, config_path="pkg://agentrl.configs", config_name="evaluate")
+def main(cfg: DictConfig) -> None:
+    try:
+        report = evaluate(cfg)
+    except (EvaluationError, ValueError) as exc:
+        print(f"evaluation failed: {exc}", file=sys.stderr)
+        if isinstance(exc, EvaluationError) and exc.records:
+            print(f"{len(exc.records)} finished episodes written to {Path(cfg.output_dir) / 'results.partial.json'}",
+                  file=sys.stderr)
+        sys.exit(1)
+    report.print()
+    print(f"results: {Path(cfg.output_dir).resolve()}/results.json, table.md, success.png")
+
+
+if __name__ == "__main__":
+    main()

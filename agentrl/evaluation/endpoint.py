@@ -1,0 +1,116 @@
+"""An agent behind an OpenAI-compatible chat endpoint (``vllm serve``, any hosted API).
+
+Each step sends one chat-completions request per live episode (concurrently, up to
+``concurrency`` at once). The messages come from ``messages_fn(episode)``, the trainer's prompt
+builder by default, and the action is read from the reply by ``parse_fn(text)``, the trainer's
+parser: the model sees what it saw in training. A reply with no parseable action is sent to the
+env as it is and counted as invalid (as in training).
+
+Reproducibility: ``temperature`` defaults to 0 and every request carries a ``seed`` derived from
+the episode's agent seed and the step index, which vLLM honours for sampled decoding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ..pool import EnvPool
+from .runner import Action, Episode
+from .tasks import derive_seed
+
+__all__ = ["EndpointAgent", "EndpointError"]
+
+Messages = list[dict[str, str]]
+
+
+class EndpointError(RuntimeError):
+    """The endpoint could not be reached or refused a request (after the client's retries)."""
+
+
+class EndpointAgent:
+    """Chat-completions agent.
+
+    Args:
+        base_url: the API root, e.g. ``http://127.0.0.1:8000/v1``.
+        model: the served model name.
+        messages_fn: ``episode -> [{"role": ..., "content": ...}, ...]``.
+        parse_fn: ``reply text -> action`` or ``None`` when the reply holds no action.
+        api_key: sent as a bearer token (``"EMPTY"`` for a local vLLM server).
+        temperature, top_p, max_tokens: sampling settings of every request.
+        concurrency: requests in flight at once.
+        timeout: seconds per request; max_retries: the client's retries on connection errors,
+            429 and 5xx replies (with back-off).
+        extra_body: extra JSON fields for the server (e.g. vLLM's ``{"top_k": 20}``).
+    """
+
+    name = "endpoint"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        messages_fn: Callable[[Episode], Messages],
+        parse_fn: Callable[[str], str | None],
+        *,
+        api_key: str = "EMPTY",
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        max_tokens: int = 64,
+        concurrency: int = 16,
+        timeout: float = 60.0,
+        max_retries: int = 2,
+        extra_body: dict[str, Any] | None = None,
+    ):
+        from openai import OpenAI
+
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        self.base_url, self.model = base_url, model
+        self.messages_fn, self.parse_fn = messages_fn, parse_fn
+        self.temperature, self.top_p, self.max_tokens = float(temperature), float(top_p), int(max_tokens)
+        self.extra_body = dict(extra_body or {})
+        self._client = OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries)
+        self._executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="endpoint")
+        self.requests = 0
+
+    def _complete(self, messages: Messages, seed: int) -> str:
+        import openai
+
+        try:
+            reply = self._client.chat.completions.create(
+                model=self.model,
+                messages=messages,
+                temperature=self.temperature,
+                top_p=self.top_p,
+                max_tokens=self.max_tokens,
+                seed=seed,
+                n=1,
+                extra_body=self.extra_body or None,
+            )
+        except openai.APIConnectionError as exc:
+            raise EndpointError(f"endpoint {self.base_url} unreachable: {exc}") from exc
+        except openai.APIStatusError as exc:
+            raise EndpointError(f"endpoint {self.base_url} answered HTTP {exc.status_code}: {exc.message}") from exc
+        if not reply.choices:
+            return ""
+        return reply.choices[0].message.content or ""
+
+    def act(self, episodes: Sequence[Episode], pool: EnvPool) -> list[Action | str]:
+        jobs = [(self.messages_fn(ep), derive_seed(ep.task.agent_seed, ep.steps)) for ep in episodes]
+        texts = list(self._executor.map(lambda job: self._complete(*job), jobs))
+        self.requests += len(texts)
+        out: list[Action | str] = []
+        for text in texts:
+            action = self.parse_fn(text)
+            out.append(Action(action, text, True) if action is not None else Action(text, text, False))
+        return out
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+        self._client.close()

@@ -1,0 +1,92 @@
+"""The endpoint agent against a real OpenAI-compatible HTTP server started on loopback."""
+
+from __future__ import annotations
+
+import re
+import socket
+
+import pytest
+from chat_server import ChatServer
+from eval_envs import SMALL
+
+from agentrl.evaluation import summarize
+from agentrl.evaluation.endpoint import EndpointAgent
+from agentrl.evaluation.runner import EvaluationError, run_episodes
+from agentrl.evaluation.tasks import derive_seed, make_tasks
+
+SOK = "Sokoban-v0"
+
+
+def simple_messages(ep):
+    return [{"role": "system", "content": ep.instruction},
+            {"role": "user", "content": f"{ep.observation}\nActions: {', '.join(ep.admissible_actions)}"}]
+
+
+def simple_parse(text):
+    m = re.search(r"<action>(.*?)</action>", text)
+    return m.group(1).strip() if m else None
+
+
+def agent(url, model="test-model", **kw):
+    return EndpointAgent(url, model, simple_messages, simple_parse, **kw)
+
+
+def test_solver_behind_endpoint_wins_everything():
+    tasks = make_tasks(SOK, SMALL, split="test", episodes=20, seed=4)
+    with ChatServer() as srv:
+        a = agent(srv.base_url, temperature=0.0, max_tokens=16, concurrency=4)
+        recs = run_episodes(SOK, tasks, a, env_kwargs=SMALL, num_envs=6)
+        a.close()
+    assert all(r.won and r.invalid_actions == 0 for r in recs)
+    assert len(srv.requests) == sum(r.steps for r in recs) == a.requests
+    body = srv.requests[0]
+    assert body["model"] == "test-model" and body["temperature"] == 0.0 and body["max_tokens"] == 16
+    seeds = {req["seed"] for req in srv.requests}
+    assert derive_seed(tasks[0].agent_seed, 0) in seeds and derive_seed(tasks[0].agent_seed, 1) in seeds
+
+
+def test_unparseable_replies_count_as_invalid():
+    tasks = make_tasks(SOK, SMALL, split="test", episodes=4)
+    with ChatServer() as srv:
+        srv.reply = lambda messages, body: "I would like to move up please"
+        a = agent(srv.base_url)
+        recs = run_episodes(SOK, tasks, a, env_kwargs=SMALL, max_steps=3)
+        a.close()
+    assert [(r.steps, r.invalid_actions, r.won) for r in recs] == [(3, 3, False)] * 4
+    assert summarize(recs).overall.invalid_action_rate == 1.0
+
+
+def test_server_errors_are_retried():
+    tasks = make_tasks(SOK, SMALL, split="test", episodes=2)
+    with ChatServer(fail_first=2) as srv:
+        a = agent(srv.base_url, max_retries=3, concurrency=1)
+        recs = run_episodes(SOK, tasks, a, env_kwargs=SMALL)
+        a.close()
+    assert all(r.won for r in recs)
+    assert len(srv.requests) == 2 + sum(r.steps for r in recs)
+
+
+def test_wrong_model_name_is_a_clear_error():
+    tasks = make_tasks(SOK, SMALL, split="test", episodes=2)
+    with ChatServer() as srv:
+        a = agent(srv.base_url, model="no-such-model", max_retries=0)
+        with pytest.raises(EvaluationError, match="HTTP 404.*no-such-model.*does not exist"):
+            run_episodes(SOK, tasks, a, env_kwargs=SMALL)
+        a.close()
+
+
+def test_unreachable_endpoint_is_a_clear_error():
+    with socket.socket() as s:  # a free port with nobody listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    a = agent(f"http://127.0.0.1:{port}/v1", max_retries=0, timeout=5)
+    with pytest.raises(EvaluationError, match="unreachable"):
+        run_episodes(SOK, make_tasks(SOK, SMALL, split="test", episodes=1), a, env_kwargs=SMALL)
+    a.close()
+
+
+@pytest.mark.parametrize(("kw", "match"), [({"concurrency": 0}, "concurrency"), ({"temperature": -1}, "temperature"),
+                                            ({"max_tokens": 0}, "max_tokens")])
+def test_bad_settings(kw, match):
+    with pytest.raises(ValueError, match=match):
+        agent("http://127.0.0.1:1/v1", **kw)
