@@ -13,6 +13,7 @@ Reproducible from ``--seed``: the same seed and the same set of modules give the
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shlex
 import sys
@@ -85,7 +86,9 @@ def context_table(context: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def render(args, specs, fcfg, lcfg, frec, fctx, fstatus, lagg, lstatus, fagg, wall, plots) -> str:
+def render(
+    args, specs, fcfg, lcfg, frec, fctx, fstatus, lagg, lstatus, fagg, wall, plots, sweep
+) -> str:
     order = [s.label for s in specs]
     cmd = "python scripts/credit_fidelity.py" + "".join(f" {shlex.quote(a)}" for a in args.argv)
     statuses = {**fstatus, **{k: v for k, v in lstatus.items() if v != "ok" or k not in fstatus}}
@@ -177,6 +180,13 @@ def render(args, specs, fcfg, lcfg, frec, fctx, fstatus, lagg, lstatus, fagg, wa
     ]
     if plots:
         lines += ["![Exact success vs episodes](credit-fidelity-learning.png)", ""]
+    for lr, agg in sweep.items():
+        lines += [
+            f"Learning-rate check, lr {lr:g} (otherwise identical):",
+            "",
+            report.learning_table(agg, lcfg.envs, order),
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -200,6 +210,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--learn-seeds", type=int, default=None)
     ap.add_argument("--iterations", type=int, default=None, help="learning iterations")
     ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument(
+        "--lr-sweep",
+        default=None,
+        help="comma-separated extra learning rates for a sensitivity table (full default: 0.03,0.3)",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "credit-fidelity.md")
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument(
@@ -212,7 +227,16 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [e for e in envs if e not in ENVS]
     if unknown:
         ap.error(f"unknown env(s) {unknown}; valid: {', '.join(ENVS)}")
-    specs = build_specs(args)
+    try:
+        specs = build_specs(args)
+        sweep_text = (
+            args.lr_sweep if args.lr_sweep is not None else ("" if args.quick else "0.03,0.3")
+        )
+        sweep_lrs = [float(x) for x in sweep_text.split(",") if x.strip()]
+    except ValueError as exc:
+        ap.error(str(exc))
+    if any(lr <= 0 for lr in [args.lr, *sweep_lrs]):
+        ap.error("learning rates must be > 0")
     if args.quick:
         fcfg = FidelityConfig(
             envs=envs,
@@ -249,6 +273,12 @@ def main(argv: list[str] | None = None) -> int:
     lrec, lstatus = run_learning(lcfg, specs, progress)
     fagg = report.aggregate_fidelity(frec, args.seed)
     lagg = report.aggregate_learning(lrec, args.seed)
+    sweep = {}
+    for lr in sweep_lrs:
+        cfg = dataclasses.replace(lcfg, lr=lr)
+        rec, st = run_learning(cfg, specs, progress)
+        lstatus = {**lstatus, **{k: v for k, v in st.items() if v != "ok"}}
+        sweep[lr] = report.aggregate_learning(rec, args.seed)
     wall = time.perf_counter() - t0
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -273,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             plots = False
     generated = render(
-        args, specs, fcfg, lcfg, frec, fctx, fstatus, lagg, lstatus, fagg, wall, plots
+        args, specs, fcfg, lcfg, frec, fctx, fstatus, lagg, lstatus, fagg, wall, plots, sweep
     )
     doc = args.out.read_text(encoding="utf-8") if args.out.exists() else DEFAULT_DOC
     args.out.write_text(report.splice(doc, generated), encoding="utf-8")

@@ -145,13 +145,14 @@ def learning_table(agg: dict, envs: Sequence[str], order: Sequence[str]) -> str:
 
 
 def _style(labels: Sequence[str]) -> dict[str, dict]:
+    """Distinct colours and markers per estimator; references dashed."""
     import matplotlib.pyplot as plt
 
-    cmap = plt.get_cmap("tab20")
+    palette = list(plt.get_cmap("tab10").colors) + list(plt.get_cmap("Dark2").colors)
     markers = "osD^v<>ph*XP"
     return {
         lab: {
-            "color": cmap(i % 20),
+            "color": palette[i % len(palette)],
             "marker": markers[i % len(markers)],
             "linestyle": "--" if lab.startswith("ref:") else "-",
         }
