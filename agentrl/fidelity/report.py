@@ -169,25 +169,22 @@ def plot_fidelity(
     path: Path,
     metric: str = "pearson",
 ) -> None:
-    """One panel per (gamma, env/policy): ``metric`` vs N with 95% intervals over seeds."""
+    """One row per env, one panel per (policy, gamma): ``metric`` vs N with 95% intervals."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cols = [(e, p) for e in envs for p in policies]
+    cols = [(p, g) for p in policies for g in gammas]
     labels = _order([k[3] for k in agg], order)
     style = _style(labels)
+    all_n = sorted({k[2] for k in agg})
     fig, axes = plt.subplots(
-        len(gammas),
-        len(cols),
-        figsize=(4.2 * len(cols), 3.6 * len(gammas)),
-        squeeze=False,
-        sharey=True,
+        len(envs), len(cols), figsize=(4.0 * len(cols), 3.3 * len(envs)), squeeze=False, sharey=True
     )
-    for gi, g in enumerate(gammas):
-        for ci, (e, p) in enumerate(cols):
-            ax = axes[gi][ci]
+    for ri, e in enumerate(envs):
+        for ci, (p, g) in enumerate(cols):
+            ax = axes[ri][ci]
             for j, lab in enumerate(labels):
                 pts = sorted(
                     (k[2], v[metric])
@@ -203,16 +200,15 @@ def plot_fidelity(
                 err = np.array([[q[1][0] - q[1][1], q[1][2] - q[1][0]] for q in pts]).T
                 ax.errorbar(ns, m, yerr=err, label=lab, capsize=2, markersize=4, **style[lab])
             ax.set_xscale("log", base=2)
-            ax.set_xticks(
-                sorted({k[2] for k in agg}), [str(n) for n in sorted({k[2] for k in agg})]
-            )
+            ax.set_xticks(all_n, [str(n) for n in all_n])
             ax.set_title(f"{e} / {p}, true A at γ={g:g}", fontsize=9)
-            ax.set_xlabel("rollouts per task (N)")
             ax.grid(alpha=0.3)
-        axes[gi][0].set_ylabel(f"{metric} with true advantage")
-    axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
+            if ri == len(envs) - 1:
+                ax.set_xlabel("rollouts per task (N)")
+        axes[ri][0].set_ylabel(f"{metric} with true A")
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 

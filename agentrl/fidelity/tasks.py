@@ -27,6 +27,11 @@ ENVS: dict[str, EnvConfig] = {
         "Sokoban 6x6, 1 box, 15 steps (SokobanEnv defaults; rewards -0.1/step, +1/-1 box on/off, +10 solved)",
         lambda seeds: sokoban_tasks(seeds, (6, 6), 1, 15),
     ),
+    "sokoban-2box": EnvConfig(
+        "sokoban-2box",
+        "Sokoban 6x6, 2 boxes, 15 steps (same rewards; a box onto a target is a milestone short of solving)",
+        lambda seeds: sokoban_tasks(seeds, (6, 6), 2, 15),
+    ),
     "pickplace": EnvConfig(
         "pickplace",
         "ALFWorld-like pick-and-place, 3 receptacles, 15 steps (reward 10 x won)",

@@ -10,11 +10,11 @@ from agentrl.fidelity.sokoban import room_mdp, sokoban_tasks
 from envs.sokoban import ACTIONS, SokobanEnv, parse
 
 
-@pytest.mark.parametrize("seed", [0, 7, 123])
-def test_sokoban_tables_replay_the_env(seed):
+@pytest.mark.parametrize(("seed", "boxes"), [(0, 1), (7, 1), (123, 1), (5, 2), (9, 2)])
+def test_sokoban_tables_replay_the_env(seed, boxes):
     """Random walks in SokobanEnv and in the table give the same states, rewards and ends."""
-    env = SokobanEnv(dim_room=(6, 6), num_boxes=1, max_steps=15)
-    mdp = sokoban_tasks([seed])[0]
+    env = SokobanEnv(dim_room=(6, 6), num_boxes=boxes, max_steps=15)
+    mdp = sokoban_tasks([seed], (6, 6), boxes, 15)[0]
     index = {k: i for i, k in enumerate(mdp.state_keys)}
     rng = np.random.default_rng(seed)
     for _ in range(30):
