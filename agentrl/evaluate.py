@@ -33,7 +33,7 @@ def build_agent(agent_cfg: DictConfig, cfg: DictConfig) -> Agent:
     if name == "random":
         from .evaluation.agents import RandomAgent
 
-        return RandomAgent(open_action=agent_cfg.get("open_action"))
+        return RandomAgent(open_action=agent_cfg.get("open_action"), fill_templates=bool(agent_cfg.get("fill_templates", True)))
     if name == "expert":
         from .evaluation.agents import ExpertAgent
 

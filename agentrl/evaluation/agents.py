@@ -7,6 +7,7 @@ The random agent draws from each episode's own generator, seeded with the episod
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from ..pool import EnvPool
@@ -15,26 +16,35 @@ from .runner import Action, Episode
 __all__ = ["ExpertAgent", "RandomAgent"]
 
 
+_PLACEHOLDER = re.compile(r"<[^<>]*>")
+
+
 class RandomAgent:
     """Uniform over ``info["admissible_actions"]``.
 
-    Where an env leaves the action space open (``admissible_actions is None``, e.g. WebShop's
-    search box), ``open_action`` is sent instead: by default ``search[<instruction>]`` is not
-    assumed; the agent raises a ``ValueError`` naming the env state, unless ``open_action`` is
-    set (a fixed string, with ``{instruction}`` replaced by the episode's instruction).
+    - An admissible action with a ``<placeholder>`` is a template (WebShop lists
+      ``search[<your query>]``): the placeholder is filled with the episode's instruction (the
+      reference's rule baseline searches with the instruction), unless ``fill_templates`` is off.
+    - Where the env lists no actions (``admissible_actions is None``: an open action space),
+      ``open_action`` is sent, with ``{instruction}`` replaced by the instruction; without one,
+      the agent raises a ``ValueError`` naming the task and step.
     """
 
     name = "random"
 
-    def __init__(self, open_action: str | None = None):
+    def __init__(self, open_action: str | None = None, fill_templates: bool = True):
         self.open_action = open_action
+        self.fill_templates = fill_templates
 
     def act(self, episodes: Sequence[Episode], pool: EnvPool) -> list[Action | str]:
         out: list[Action | str] = []
         for ep in episodes:
             actions = ep.admissible_actions
             if actions:
-                out.append(actions[int(ep.rng.integers(len(actions)))])
+                action = actions[int(ep.rng.integers(len(actions)))]
+                if self.fill_templates and (m := _PLACEHOLDER.search(action)):
+                    action = action[: m.start()] + ep.instruction + action[m.end() :]
+                out.append(action)
             elif self.open_action is not None:
                 out.append(self.open_action.replace("{instruction}", ep.instruction))
             else:

@@ -186,3 +186,12 @@ def test_bad_runner_arguments():
     with pytest.raises(ValueError, match="not 'FrozenLake-v0'"):
         run_episodes("FrozenLake-v0", tasks, RandomAgent())
     assert run_episodes(SOK, [], RandomAgent()) == []
+
+
+def test_random_agent_fills_templates():
+    from agentrl.evaluation.runner import Episode
+
+    ep = Episode(make_tasks(SOK, task_ids=["1"])[0], 0, "obs", {"admissible_actions": ["search[<your query>]"]},
+                 np.random.default_rng(0), first_info={"instruction": "a red mug"})
+    assert RandomAgent().act([ep], None) == ["search[a red mug]"]
+    assert RandomAgent(fill_templates=False).act([ep], None) == ["search[<your query>]"]

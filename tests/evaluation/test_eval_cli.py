@@ -1,0 +1,76 @@
+"""python -m agentrl.evaluate end to end: outputs, reproducibility, config errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+
+from agentrl.evaluate import evaluate
+from agentrl.evaluation import Report
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cfg_with(tmp_path, *overrides):
+    with initialize_config_module("agentrl.configs", version_base=None):
+        return compose("evaluate", [f"output_dir={tmp_path}", "progress=false", *overrides])
+
+
+def test_expert_scores_100_and_outputs_agree(tmp_path):
+    report = evaluate(cfg_with(tmp_path, "agent=expert", "episodes=40"))
+    assert report.overall.success_rate == 1.0 and report.overall.episodes == 40
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert Report.from_dict(data) == report
+    assert data["meta"]["agent"] == "expert" and data["meta"]["split"] == "test"
+    assert [t["task_id"] for t in data["meta"]["tasks"]] == [str(1_000_000_000 + i) for i in range(40)]
+    assert [e["task_id"] for e in data["episodes"]] == [t["task_id"] for t in data["meta"]["tasks"]]
+    assert (tmp_path / "table.md").read_text() == report.table("markdown")
+    assert (tmp_path / "success.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_env_config_defaults_and_overrides(tmp_path):
+    report = evaluate(cfg_with(tmp_path, "agent=random", "episodes=10", "max_steps=3", "seed=7"))
+    meta = report.meta
+    assert (meta["max_steps"], meta["seed"], meta["invalid_penalty"], meta["episodes"]) == (3, 7, -0.1, 10)
+    assert all(r.steps <= 3 for r in report.records)
+    ids = evaluate(cfg_with(tmp_path, "agent=random", "task_ids=[5,6,7]", "repeats=2")).records
+    assert [r.task_id for r in ids] == ["5", "5", "6", "6", "7", "7"]
+
+
+def test_frozenlake_is_evaluated_by_seed(tmp_path):
+    report = evaluate(cfg_with(tmp_path, "env=frozenlake", "agent=expert", "episodes=5"))
+    assert report.overall.success_rate == 1.0
+    assert [r.seed for r in report.records] == [1_000_000_000 + i for i in range(5)]
+
+
+def test_unknown_agent(tmp_path):
+    cfg = cfg_with(tmp_path, "agent=random", "agent.name=oracle", "episodes=2")
+    with pytest.raises(ValueError, match="unknown agent 'oracle'"):
+        evaluate(cfg)
+
+
+def run_cli(out, *overrides):
+    cmd = [sys.executable, "-m", "agentrl.evaluate", f"output_dir={out}", f"hydra.run.dir={out}/hydra",
+           "progress=false", *overrides]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_cli_twice_gives_identical_results(tmp_path):
+    args = ("agent=random", "episodes=60", "num_workers=2", "num_envs=8")
+    a, b = run_cli(tmp_path / "a", *args), run_cli(tmp_path / "b", *args)
+    assert a.returncode == 0, a.stderr
+    assert b.returncode == 0, b.stderr
+    for name in ("results.json", "table.md", "success.png"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    assert "success %" in a.stdout and "results:" in a.stdout
+
+
+def test_cli_reports_bad_config(tmp_path):
+    res = run_cli(tmp_path, "agent=random", "split=valid")
+    assert res.returncode == 1
+    assert "evaluation failed" in res.stderr and "splits" in res.stderr
