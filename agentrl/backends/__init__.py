@@ -1,0 +1,35 @@
+"""Generation backends: one interface (:class:`Backend`), Hugging Face and vLLM engines.
+
+``make_backend(cfg, model, tokenizer, model_path=..., seed=...)`` builds the engine named by
+``cfg.backend`` (the ``rollout`` config group):
+
+- ``hf``: :class:`agentrl.backends.hf.HFBackend`, sharing the learner's module (no weight copy);
+- ``vllm``: ``agentrl.backends.vllm_engine.VLLMBackend.from_config(cfg, model_path=...,
+  tokenizer=..., seed=...)``, imported only when selected (vLLM is an optional install).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import Backend, Generation, SamplingParams
+
+__all__ = ["Backend", "Generation", "SamplingParams", "make_backend"]
+
+BACKENDS = ("hf", "vllm")
+
+
+def make_backend(cfg: Any, model: Any, tokenizer: Any, *, model_path: str | None = None, seed: int = 0) -> Backend:
+    """The generation backend selected by ``cfg.backend``."""
+    name = cfg.get("backend", "hf") if hasattr(cfg, "get") else getattr(cfg, "backend", "hf")
+    if name == "hf":
+        from .hf import HFBackend
+
+        return HFBackend(model, pad_token_id=tokenizer.pad_token_id, max_batch_size=int(cfg.get("max_batch_size", 256)), seed=seed)
+    if name == "vllm":
+        try:
+            from .vllm_engine import VLLMBackend
+        except ImportError as exc:
+            raise ImportError(f"rollout.backend=vllm needs vLLM installed ({exc})") from exc
+        return VLLMBackend.from_config(cfg, model_path=model_path, tokenizer=tokenizer, seed=seed)
+    raise ValueError(f"rollout.backend must be one of {', '.join(BACKENDS)}, got {name!r}")

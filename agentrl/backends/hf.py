@@ -1,0 +1,202 @@
+"""Hugging Face transformers backend: batched sampling with log-probs (CPU and GPU).
+
+A hand-written decoding loop over a KV cache rather than ``model.generate``: it needs per-request
+tries (constrained decoding), per-request seeds and the exact log-prob of each sampled token
+under the distribution it was drawn from, and it drops finished requests from the batch.
+
+Log-probs are those of the temperature-scaled distribution, restricted and renormalised to the
+trie's tokens when the request is constrained (the learner recomputes exactly this). ``top_p`` /
+``top_k`` only truncate the sampling; the reported log-prob is the untruncated one (as vLLM's
+default). Greedy decoding (``temperature == 0``) reports log-probs at temperature 1.
+
+Sampling is reproducible per request: with ``sampling.seed`` set, request ``i`` of a call draws
+its uniforms from ``numpy.random.default_rng([seed, i])`` (inverse-CDF sampling), whatever the
+batch composition or chunking.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from .base import Generation, SamplingParams
+from .trie import Trie
+
+__all__ = ["HFBackend"]
+
+
+class HFBackend:
+    """Generation with a transformers causal LM (or a peft model wrapping one).
+
+    Args:
+        model: the policy. The trainer passes the learner's own module, so no weight copy is
+            needed after an update (``update_weights`` is then a no-op).
+        pad_token_id: the tokenizer's pad id (left padding).
+        max_batch_size: requests per forward pass; larger calls are processed in chunks.
+        seed: seeds the fallback generator used when ``sampling.seed`` is ``None``.
+    """
+
+    def __init__(self, model: torch.nn.Module, pad_token_id: int, max_batch_size: int = 256, seed: int = 0):
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        self.model = model
+        self.pad_token_id = int(pad_token_id)
+        self.max_batch_size = int(max_batch_size)
+        self._rng = np.random.default_rng(seed)
+        self.tokens_generated = 0
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def update_weights(self, state_dict: dict[str, Any]) -> None:
+        """Load new weights, unless they are this backend's own model's (shared with the learner)."""
+        own = self.model.state_dict()
+        if all(k in own and own[k].data_ptr() == v.data_ptr() for k, v in state_dict.items()):
+            return
+        self.model.load_state_dict(state_dict, strict=False)
+
+    def close(self) -> None:
+        self.model = None
+
+    # ------------------------------------------------------------------------------------------
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        sampling: SamplingParams,
+        allowed: Sequence[Sequence[Sequence[int]] | None] | None = None,
+    ) -> list[Generation]:
+        n = len(prompts)
+        if allowed is not None and len(allowed) != n:
+            raise ValueError(f"{len(allowed)} allowed-sequence lists for {n} prompts")
+        for i, p in enumerate(prompts):
+            if len(p) == 0:
+                raise ValueError(f"prompt {i} is empty")
+        tries = [None if allowed is None or allowed[i] is None else Trie(allowed[i]) for i in range(n)]
+        uniforms = self._uniforms(n, sampling)
+        out: list[Generation | None] = [None] * n
+        # Chunks of similar prompt length waste less padding.
+        order = sorted(range(n), key=lambda i: len(prompts[i]))
+        for start in range(0, n, self.max_batch_size):
+            idx = order[start : start + self.max_batch_size]
+            gens = self._generate_chunk([prompts[i] for i in idx], sampling, [tries[i] for i in idx], uniforms[idx])
+            for i, g in zip(idx, gens):
+                out[i] = g
+        return out  # type: ignore[return-value]
+
+    def _uniforms(self, n: int, sampling: SamplingParams) -> np.ndarray:
+        k = sampling.max_new_tokens
+        if sampling.seed is None:
+            u = self._rng.random((n, k))
+        else:
+            u = np.stack([np.random.default_rng([int(sampling.seed) & 0xFFFFFFFF, i]).random(k) for i in range(n)]) if n else np.zeros((0, k))
+        return 1.0 - u  # in (0, 1]: inverse-CDF sampling never lands on a zero-probability token
+
+    @torch.no_grad()
+    def _generate_chunk(self, prompts: list[Sequence[int]], sampling: SamplingParams, tries: list[Trie | None], uniforms: np.ndarray) -> list[Generation]:
+        model, device = self.model, self.device
+        was_training = model.training
+        model.eval()
+        B = len(prompts)
+        width = max(len(p) for p in prompts)
+        ids = torch.full((B, width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((B, width), dtype=torch.long)
+        for b, p in enumerate(prompts):
+            ids[b, width - len(p) :] = torch.as_tensor(list(p), dtype=torch.long)
+            mask[b, width - len(p) :] = 1
+        ids, mask = ids.to(device), mask.to(device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        stop = set(int(t) for t in sampling.stop_token_ids)
+        nodes = [Trie.root if t is not None else -1 for t in tries]
+        tokens: list[list[int]] = [[] for _ in range(B)]
+        logps: list[list[float]] = [[] for _ in range(B)]
+        finish = ["length"] * B
+        active = list(range(B))  # original row of each current batch row
+        u = torch.as_tensor(uniforms, dtype=torch.float64)
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+        cache = out.past_key_values
+        last_pos = positions[:, -1]
+        try:
+            for k in range(sampling.max_new_tokens):
+                logits = out.logits[:, -1, :].float()
+                allow_mask = self._allow_mask(logits, [tries[r] for r in active], [nodes[r] for r in active])
+                chosen, chosen_logp = _sample(logits, allow_mask, sampling, u[active, k])
+                done_rows = []
+                for j, r in enumerate(active):
+                    tok = int(chosen[j])
+                    tokens[r].append(tok)
+                    logps[r].append(float(chosen_logp[j]))
+                    if tries[r] is not None:
+                        nodes[r] = tries[r].step(nodes[r], tok)
+                        ended = tries[r].is_leaf(nodes[r])
+                    else:
+                        ended = tok in stop
+                    if ended:
+                        finish[r] = "stop"
+                        done_rows.append(j)
+                if k == sampling.max_new_tokens - 1 or len(done_rows) == len(active):
+                    break
+                next_ids = chosen.view(-1, 1).to(device)
+                if done_rows:  # drop finished requests from the batch and the cache
+                    done_set = set(done_rows)
+                    keep = torch.as_tensor([j for j in range(len(active)) if j not in done_set], device=device)
+                    cache.batch_select_indices(keep)
+                    mask, last_pos, next_ids = mask[keep], last_pos[keep], next_ids[keep]
+                    active = [active[j] for j in keep.tolist()]
+                mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=device)], dim=1)
+                last_pos = last_pos + 1
+                out = model(input_ids=next_ids, attention_mask=mask, position_ids=last_pos.view(-1, 1), past_key_values=cache, use_cache=True)
+                cache = out.past_key_values
+        finally:
+            if was_training:
+                model.train()
+        self.tokens_generated += sum(len(t) for t in tokens)
+        return [Generation(tokens[b], logps[b], finish[b]) for b in range(B)]  # type: ignore[arg-type]
+
+    @staticmethod
+    def _allow_mask(logits: torch.Tensor, tries: list[Trie | None], nodes: list[int]) -> torch.Tensor | None:
+        if all(t is None for t in tries):
+            return None
+        mask = torch.zeros(logits.shape, dtype=torch.bool, device=logits.device)
+        for j, (t, node) in enumerate(zip(tries, nodes)):
+            if t is None:
+                mask[j] = True
+            else:
+                mask[j, t.children(node)] = True
+        return mask
+
+
+def _sample(logits: torch.Tensor, allow: torch.Tensor | None, sampling: SamplingParams, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row; returns (token ids, log-probs of those tokens)."""
+    greedy = sampling.temperature == 0
+    scaled = logits if greedy else logits / sampling.temperature
+    if allow is not None:
+        scaled = scaled.masked_fill(~allow, float("-inf"))
+    logp = torch.log_softmax(scaled, dim=-1)
+    if greedy:
+        tok = logp.argmax(dim=-1)
+    else:
+        probs = logp.exp()
+        if sampling.top_k > 0 or sampling.top_p < 1.0:
+            probs = _truncate(probs, sampling.top_k, sampling.top_p)
+        cdf = probs.double().cumsum(dim=-1)
+        target = (u.to(cdf.device) * cdf[:, -1]).unsqueeze(-1)
+        tok = torch.searchsorted(cdf, target).squeeze(-1).clamp(max=probs.shape[-1] - 1)
+    return tok.cpu(), logp.gather(-1, tok.view(-1, 1).to(logp.device)).squeeze(-1).cpu()
+
+
+def _truncate(probs: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Zero the probabilities outside the top-k / nucleus (the most likely token always stays)."""
+    sorted_p, order = probs.sort(dim=-1, descending=True)
+    keep = torch.ones_like(sorted_p, dtype=torch.bool)
+    if top_k > 0:
+        keep[:, top_k:] = False
+    if top_p < 1.0:
+        before = sorted_p.cumsum(dim=-1) - sorted_p
+        keep &= before < top_p
+    keep[:, 0] = True
+    mask = torch.zeros_like(keep).scatter(-1, order, keep)
+    return probs * mask

@@ -1,0 +1,21 @@
+"""The PPO learner: sequences, forward pass, losses, and the update loop."""
+
+from .forward import ForwardOut, response_forward
+from .learner import Learner, LearnerConfig, NonFiniteError
+from .losses import aggregate, kl_penalty, ppo_clip_loss, value_loss
+from .sequences import Collated, StepSequence, collate
+
+__all__ = [
+    "Collated",
+    "ForwardOut",
+    "Learner",
+    "LearnerConfig",
+    "NonFiniteError",
+    "StepSequence",
+    "aggregate",
+    "collate",
+    "kl_penalty",
+    "ppo_clip_loss",
+    "response_forward",
+    "value_loss",
+]

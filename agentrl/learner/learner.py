@@ -1,0 +1,276 @@
+"""The PPO learner: epochs of clipped policy-gradient updates over step sequences.
+
+One :class:`Learner` owns the policy (a transformers model, optionally wrapped with LoRA), an
+optional value head, the reference policy for the KL term and the AdamW optimiser.
+
+- Reference: with LoRA the reference is the same model with its adapters disabled (no second
+  copy); otherwise a frozen copy of the initial weights, made only when ``kl_coef > 0``.
+- Micro-batches: a mini-batch of ``minibatch_size`` sequences is processed in micro-batches of
+  ``micro_batch_size`` whose gradients accumulate; every loss term is normalised by the
+  mini-batch's token (or sequence) count, so the result equals one big-batch step.
+- Precision: ``dtype="auto"`` runs the forward pass under bf16 autocast on GPUs that support it
+  and in float32 on CPU; the master weights stay float32.
+- Safety: a non-finite loss or gradient norm raises :class:`NonFiniteError` before the optimiser
+  steps, so the weights are never corrupted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from credit import step_to_tokens
+
+from .forward import response_forward
+from .losses import aggregate, kl_penalty, normaliser, ppo_clip_loss, value_loss
+from .sequences import StepSequence, collate
+
+__all__ = ["Learner", "LearnerConfig", "NonFiniteError"]
+
+
+class NonFiniteError(FloatingPointError):
+    """A loss, gradient or advantage is NaN or infinite: the update is stopped."""
+
+
+@dataclass
+class LearnerConfig:
+    lr: float = 5e-4
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    epochs: int = 2
+    minibatch_size: int = 256
+    micro_batch_size: int = 64
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    loss_agg: str = "token-mean"
+    max_grad_norm: float = 1.0
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    entropy_coef: float = 0.0
+    value_coef: float = 0.5
+    value_lr: float | None = None
+    value_clip: float | None = None
+    temperature: float = 1.0
+    dtype: str = "auto"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _is_peft(model: torch.nn.Module) -> bool:
+    return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
+
+
+class Learner:
+    """PPO updates on a causal LM.
+
+    Args:
+        model: the policy (shared with the HF backend, which then samples the updated weights).
+        cfg: hyper-parameters.
+        pad_token_id: padding id for collation.
+        value_head: add a scalar value head on the last prompt token's hidden state.
+    """
+
+    def __init__(self, model: torch.nn.Module, cfg: LearnerConfig, pad_token_id: int, value_head: bool = False):
+        self.model = model
+        self.cfg = cfg
+        self.pad_token_id = int(pad_token_id)
+        self.device = next(model.parameters()).device
+        hidden = model.config.hidden_size if hasattr(model, "config") else model.get_base_model().config.hidden_size
+        self.value_head = torch.nn.Linear(hidden, 1).to(self.device) if value_head else None
+        if self.value_head is not None:
+            torch.nn.init.zeros_(self.value_head.weight)
+            torch.nn.init.zeros_(self.value_head.bias)
+        self.reference: torch.nn.Module | None = None
+        if cfg.kl_coef > 0 and not _is_peft(model):
+            self.reference = copy.deepcopy(model).eval()
+            for p in self.reference.parameters():
+                p.requires_grad_(False)
+        groups = [{"params": [p for p in model.parameters() if p.requires_grad], "lr": cfg.lr}]
+        if self.value_head is not None:
+            groups.append({"params": list(self.value_head.parameters()), "lr": cfg.value_lr or cfg.lr})
+        self.optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
+        self.updates = 0
+
+    # -- precision -----------------------------------------------------------------------------
+    def autocast(self):
+        if self.cfg.dtype in ("auto", "bfloat16") and self.device.type == "cuda" and torch.cuda.is_bf16_supported():
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        if self.cfg.dtype == "bfloat16" and self.device.type == "cpu":
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    # -- no-grad passes ------------------------------------------------------------------------
+    @torch.no_grad()
+    def logprobs(self, seqs: Sequence[StepSequence], reference: bool = False) -> list[np.ndarray]:
+        """Per sequence, the log-probs of its response tokens under the policy (or reference)."""
+        out: list[np.ndarray] = [np.zeros(0, np.float32)] * len(seqs)
+        ctx = contextlib.nullcontext()
+        model = self.model
+        if reference:
+            if _is_peft(self.model):
+                ctx = self.model.disable_adapter()
+            elif self.reference is not None:
+                model = self.reference
+        was = model.training
+        model.eval()
+        with ctx, self.autocast():
+            for idx in self._micro_batches(seqs, np.arange(len(seqs))):
+                batch = collate([seqs[i] for i in idx], self.pad_token_id).to(self.device)
+                fo = response_forward(model, batch, self.cfg.temperature, want_entropy=False)
+                lp = fo.logprobs.float().cpu().numpy()
+                for k, i in enumerate(idx):
+                    out[i] = lp[k, : len(seqs[i].response_ids)]
+        model.train(was)
+        return out
+
+    @torch.no_grad()
+    def prompt_features(self, prompts: Sequence[Sequence[int]], embedding_layer: int | None = None) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Per prompt, the value-head output and/or the hidden state of ``embedding_layer``
+        (an index into ``hidden_states``, e.g. -8) at the last prompt token; ``None`` when off."""
+        if self.value_head is None and embedding_layer is None:
+            return None, None
+        n = len(prompts)
+        values = np.zeros(n, np.float32) if self.value_head is not None else None
+        embs: np.ndarray | None = None
+        seqs = [StepSequence(list(p), [], [], i) for i, p in enumerate(prompts)]
+        with self.autocast():
+            for idx in self._micro_batches(seqs, np.arange(n)):
+                b = collate([seqs[i] for i in idx], self.pad_token_id).to(self.device)
+                P = b.prompt_width
+                out = self.model(input_ids=b.input_ids[:, :P], attention_mask=b.attention_mask[:, :P], position_ids=b.position_ids[:, :P],
+                                 use_cache=False, logits_to_keep=1, output_hidden_states=True)
+                if values is not None:
+                    values[idx] = self.value_head(out.hidden_states[-1][:, -1, :].float()).squeeze(-1).cpu().numpy()
+                if embedding_layer is not None:
+                    h = out.hidden_states[embedding_layer][:, -1, :].float().cpu().numpy()
+                    if embs is None:
+                        embs = np.zeros((n, h.shape[1]), np.float32)
+                    embs[idx] = h
+        return values, embs
+
+    # -- the update ----------------------------------------------------------------------------
+    def update(
+        self,
+        seqs: Sequence[StepSequence],
+        step_advantages: np.ndarray,
+        *,
+        returns: np.ndarray | None = None,
+        old_values: np.ndarray | None = None,
+        seed: int = 0,
+    ) -> dict[str, float]:
+        """PPO epochs over ``seqs``; ``step_advantages[row]`` is the advantage of step row ``row``
+        (``returns``/``old_values`` likewise, for the value head). Returns mean metrics."""
+        cfg = self.cfg
+        adv = np.asarray(step_advantages, dtype=np.float32)
+        if not np.isfinite(adv).all():
+            raise NonFiniteError("non-finite step advantages: the update is skipped")
+        if self.value_head is not None and returns is None:
+            raise ValueError("the learner has a value head: pass returns (value targets)")
+        ref = self.logprobs(seqs, reference=True) if cfg.kl_coef > 0 else None
+        rng = np.random.default_rng(seed)
+        self.model.train()
+        sums: dict[str, float] = {}
+        count = 0
+        for _epoch in range(cfg.epochs):
+            perm = rng.permutation(len(seqs))
+            for start in range(0, len(perm), cfg.minibatch_size):
+                mb = perm[start : start + cfg.minibatch_size]
+                stats = self._minibatch_step(seqs, mb, adv, ref, returns, old_values)
+                for k, v in stats.items():
+                    sums[k] = sums.get(k, 0.0) + v
+                count += 1
+        self.updates += 1
+        return {k: v / max(count, 1) for k, v in sums.items()}
+
+    def _minibatch_step(self, seqs, mb, adv, ref, returns, old_values) -> dict[str, float]:
+        cfg = self.cfg
+        masks = [len(seqs[i].response_ids) for i in mb]
+        tokens_total = float(sum(masks))
+        seqs_total = float(sum(1 for m in masks if m > 0))
+        denom = tokens_total if cfg.loss_agg == "token-mean" else seqs_total
+        if cfg.loss_agg not in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"):
+            normaliser(torch.zeros(1, 1, dtype=torch.bool), cfg.loss_agg)  # raises naming the option
+        self.optimizer.zero_grad(set_to_none=True)
+        acc: dict[str, float] = {}
+        for idx in self._micro_batches(seqs, mb):
+            batch = collate([seqs[i] for i in idx], self.pad_token_id).to(self.device)
+            token_step = np.where(batch.response_mask.cpu().numpy(), batch.step_rows[:, None], -1)
+            tok_adv = torch.as_tensor(step_to_tokens(adv, token_step), device=self.device)
+            mask = batch.response_mask
+            with self.autocast():
+                fo = response_forward(self.model, batch, cfg.temperature, want_entropy=True, want_hidden=self.value_head is not None)
+            pg, st = ppo_clip_loss(fo.logprobs, batch.old_logprobs, tok_adv, mask, cfg.clip_low, cfg.clip_high)
+            loss = aggregate(pg, mask, cfg.loss_agg, denom)
+            ent = aggregate(fo.entropy, mask, cfg.loss_agg, denom)
+            if cfg.entropy_coef:
+                loss = loss - cfg.entropy_coef * ent
+            kl = torch.zeros(())
+            if ref is not None:
+                ref_lp = torch.zeros_like(fo.logprobs)
+                for k, i in enumerate(idx):
+                    n = len(seqs[i].response_ids)
+                    ref_lp[k, :n] = torch.as_tensor(ref[i], device=self.device)
+                kl = aggregate(kl_penalty(fo.logprobs, ref_lp, mask, cfg.kl_estimator), mask, cfg.loss_agg, denom)
+                loss = loss + cfg.kl_coef * kl
+            vl = torch.zeros(())
+            if self.value_head is not None:
+                v = self.value_head(fo.last_hidden.float()).squeeze(-1)
+                rows = batch.step_rows
+                tgt = torch.as_tensor(returns[rows], dtype=torch.float32, device=self.device)
+                old_v = torch.as_tensor(old_values[rows], dtype=torch.float32, device=self.device) if old_values is not None else v.detach()
+                vl = value_loss(v, old_v, tgt, cfg.value_clip).sum() / max(len(mb), 1)
+                loss = loss + cfg.value_coef * vl
+            if not torch.isfinite(loss):
+                self.optimizer.zero_grad(set_to_none=True)
+                raise NonFiniteError(f"non-finite loss ({float(loss)}) in update {self.updates}: the update is stopped")
+            loss.backward()
+            w = len(idx) / len(mb)
+            for k, val in {"loss": loss.detach(), "policy_loss": aggregate(pg, mask, cfg.loss_agg, denom).detach(), "entropy": ent.detach(),
+                           "kl_ref": kl.detach(), "value_loss": vl.detach()}.items():
+                acc[k] = acc.get(k, 0.0) + float(val)
+            for k, val in st.items():
+                acc[k] = acc.get(k, 0.0) + float(val) * w
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf"))
+        if not math.isfinite(float(gnorm)):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise NonFiniteError(f"non-finite gradient norm in update {self.updates}: the update is stopped")
+        self.optimizer.step()
+        acc["grad_norm"] = float(gnorm)
+        return acc
+
+    def _micro_batches(self, seqs: Sequence[StepSequence], rows: np.ndarray) -> list[list[int]]:
+        """Split ``rows`` into micro-batches of similar total length (less padding)."""
+        order = sorted((int(i) for i in rows), key=lambda i: len(seqs[i].prompt_ids) + len(seqs[i].response_ids))
+        size = max(1, self.cfg.micro_batch_size)
+        return [order[s : s + size] for s in range(0, len(order), size)]
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        trainable = {k: v for k, v in self.model.named_parameters() if v.requires_grad}
+        return {
+            "model": {k: v.detach().cpu().clone() for k, v in trainable.items()},
+            "value_head": None if self.value_head is None else self.value_head.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "updates": self.updates,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        params = dict(self.model.named_parameters())
+        missing = [k for k in state["model"] if k not in params]
+        if missing:
+            raise KeyError(f"checkpoint has parameters the model lacks: {missing[:5]}")
+        with torch.no_grad():
+            for k, v in state["model"].items():
+                params[k].copy_(v.to(params[k].device))
+        if self.value_head is not None and state.get("value_head") is not None:
+            self.value_head.load_state_dict(state["value_head"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.updates = int(state.get("updates", 0))

@@ -1,0 +1,188 @@
+"""The embedded default model: a tiny random-initialised Qwen2 with a locally trained tokenizer.
+
+Nothing is downloaded. The tokenizer is a byte-level BPE trained with the ``tokenizers`` library
+on a small built-in corpus (the built-in envs' texts, the response tags and common action words),
+so any text is encodable (byte fallback) while Sokoban grids stay one token per cell. The model is
+``Qwen2ForCausalLM`` from a config, initialised from a fixed seed. Both are saved as a standard
+Hugging Face model folder (``config.json``, ``model.safetensors``, ``tokenizer.json``,
+``tokenizer_config.json`` with the chat template), so ``AutoTokenizer``/``AutoModelForCausalLM``
+and vLLM load them and produce identical token ids.
+
+The folder is cached under ``$AGENTRL_CACHE`` (default ``~/.cache/agentrl``), keyed by a hash of
+the recipe (corpus, vocabulary size, architecture, seed): building it takes a few seconds once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+__all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "TinySpec", "build_tiny", "cache_dir", "tiny_corpus"]
+
+RECIPE_VERSION = 1
+
+#: Chat-format tokens (special: never produced by the BPE) and response tags (added tokens: one
+#: id each, decoded as text, so the action parser sees them).
+SPECIAL_TOKENS = ["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
+TAG_TOKENS = ["<action>", "</action>", "<think>", "</think>"]
+
+#: A compact chat template: one role token, the content, ``<|end|>`` (also the EOS).
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|' + message['role'] + '|>' }}{{ message['content'] }}{{ '<|end|>' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
+)
+
+#: Pre-tokenisation: words (optionally with one leading space) stay whole; every other character,
+#: including capital letters standing alone and grid symbols, is its own piece.
+SPLIT_PATTERN = r" ?[a-z]+| ?[A-Z][a-z]+|\s|."
+
+_EXTRA_TEXT = """
+Current observation: Admissible actions: Previous steps: Step Action Observation Instruction
+You are an agent in a text environment. Think step by step, then answer with one action.
+Respond with <action>your action</action>. Reason inside <think>...</think> first if you like.
+go to take from put in on open close toggle clean heat cool use examine look inventory
+the a an of and to in on with for at by is are was it this that your you there nothing happens
+cabinet countertop drawer fridge microwave sinkbasin shelf desk bed sofa table lamp apple mug
+search click buy now next prev back to search description features reviews size color price
+walk move push pull box target wall floor player goal hole frozen lake start left right up down
+"""
+
+
+def tiny_corpus() -> list[str]:
+    """The tokenizer's training texts (deterministic; part of the cache key)."""
+    import numpy as np
+
+    from envs.adapter import make_frozen_lake
+    from envs.sokoban.env import INSTRUCTION as SOKOBAN_INSTRUCTION
+    from envs.sokoban.generate import generate_room
+    from envs.sokoban.room import render
+
+    texts = [SOKOBAN_INSTRUCTION, _EXTRA_TEXT]
+    for size, open_room, depth in ((5, True, 1), (6, False, 30), (7, False, 30)):
+        for seed in range(20):
+            room = generate_room(np.random.default_rng(seed), (size, size), 1, 20, depth, open_room)
+            texts.append(render(room.layout, room.state))
+    lake = make_frozen_lake()
+    obs, info = lake.reset(seed=0)
+    texts += [obs, info["instruction"]]
+    actions = ["up", "down", "left", "right"]
+    texts += [f"<action>{a}</action>" for a in actions] * 50
+    texts += [f"Admissible actions: {', '.join(actions)}"] * 20
+    texts.append("√S√S√S")  # box on target, player on target
+    return texts
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    """Architecture and tokenizer size of the tiny model (defaults: ~0.33M non-embedding params)."""
+
+    vocab_size: int = 512
+    hidden_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 4
+    intermediate_size: int = 256
+    max_position_embeddings: int = 2048
+    seed: int = 0
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("AGENTRL_CACHE", Path.home() / ".cache" / "agentrl"))
+
+
+def _recipe_hash(spec: TinySpec, corpus: list[str]) -> str:
+    payload = json.dumps(
+        {"v": RECIPE_VERSION, "spec": asdict(spec), "corpus": corpus, "split": SPLIT_PATTERN,
+         "special": SPECIAL_TOKENS, "tags": TAG_TOKENS, "template": CHAT_TEMPLATE},
+        sort_keys=True,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _train_tokenizer(spec: TinySpec, corpus: list[str]):
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(SPLIT_PATTERN), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=spec.vocab_size - len(TAG_TOKENS),
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus, trainer=trainer)
+    tok.add_tokens(TAG_TOKENS)
+    return tok
+
+
+def build_tiny(spec: TinySpec | None = None, root: Path | None = None) -> Path:
+    """Build (once) and return the folder of the tiny model for ``spec``.
+
+    The folder is written to a temporary sibling and renamed into place, so concurrent builders
+    and interrupted builds never leave a half-written cache entry.
+    """
+    spec = spec or TinySpec()
+    corpus = tiny_corpus()
+    out = (root or cache_dir()) / "models" / f"tiny-{_recipe_hash(spec, corpus)}"
+    if (out / "model.safetensors").exists() and (out / "tokenizer.json").exists():
+        return out
+
+    import torch
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    tok = _train_tokenizer(spec, corpus)
+    hf_tok = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=None,
+        eos_token="<|end|>",
+        pad_token="<|endoftext|>",
+        unk_token=None,
+        additional_special_tokens=SPECIAL_TOKENS[1:4],
+        model_max_length=spec.max_position_embeddings,
+        clean_up_tokenization_spaces=False,
+    )
+    hf_tok.chat_template = CHAT_TEMPLATE
+    config = Qwen2Config(
+        vocab_size=len(hf_tok),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_kv_heads,
+        max_position_embeddings=spec.max_position_embeddings,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=hf_tok.eos_token_id,
+        pad_token_id=hf_tok.pad_token_id,
+        rope_theta=10000.0,
+        torch_dtype="float32",
+    )
+    torch.manual_seed(spec.seed)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = hf_tok.eos_token_id
+    model.generation_config.pad_token_id = hf_tok.pad_token_id
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        hf_tok.save_pretrained(tmp)
+        (tmp / "agentrl_recipe.json").write_text(json.dumps({"spec": asdict(spec), "version": RECIPE_VERSION}, indent=2))
+        try:
+            tmp.rename(out)
+        except OSError:  # another process won the race; its folder is identical
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out

@@ -1,0 +1,208 @@
+"""The multi-turn rollout loop: prompts -> engine -> parsed actions -> env pool, for live envs only.
+
+``run_episodes`` plays one episode per reset spec in parallel: env ``k`` of the pool is reset with
+spec ``k`` (a group's N rollouts share one seed, so they start from the same state). Each step,
+only the envs still running are prompted; their prompts go to the backend in one call; the
+responses are parsed and stepped in the env pool's workers together.
+
+Every step keeps the exact prompt ids, response ids and sampling log-probs the engine produced,
+plus (under constrained decoding) the allowed sequences, so the learner can recompute the same
+distribution. Nothing is re-tokenised.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..backends.base import Backend, SamplingParams
+from ..backends.trie import allowed_per_position
+from ..pool import EnvPool
+from .parse import ActionFormat
+from .prompt import PromptBuilder, Turn
+
+__all__ = ["EpisodeResult", "ResetSpec", "RolloutStats", "StepRecord", "run_episodes"]
+
+
+@dataclass(frozen=True)
+class ResetSpec:
+    """How to start one episode: ``reset(seed=seed, options=options)``; ``group`` ties the N
+    rollouts of one task together."""
+
+    group: int
+    seed: int | None = None
+    options: dict[str, Any] | None = None
+
+
+@dataclass
+class StepRecord:
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float]
+    allowed: list[list[int]] | None  # per response position, the token ids sampling was restricted to
+    response: str
+    action: str | None
+    parse_error: str
+    finish_reason: str
+    observation: str  # the observation the action was taken from
+    state_key: Hashable
+    reward: float  # the env's reward (raw; the invalid-action penalty is the credit module's)
+    valid: bool  # parsed and accepted by the env
+    milestones_new: int
+
+
+@dataclass
+class EpisodeResult:
+    group: int
+    traj: int
+    task_id: str
+    category: str
+    seed: int | None
+    steps: list[StepRecord] = field(default_factory=list)
+    won: bool = False
+    score: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    error: str | None = None
+
+    @property
+    def total_reward(self) -> float:
+        return float(sum(s.reward for s in self.steps))
+
+    @property
+    def invalid_actions(self) -> int:
+        return sum(not s.valid for s in self.steps)
+
+
+@dataclass
+class RolloutStats:
+    generate_s: float = 0.0
+    env_s: float = 0.0
+    prompt_s: float = 0.0
+    prompt_tokens: int = 0
+    response_tokens: int = 0
+    engine_calls: int = 0
+    prompt_overflows: int = 0
+
+
+class _ActionTokens:
+    """Cache: admissible action -> its constrained response token ids (template + stop token)."""
+
+    def __init__(self, tokenizer, fmt: ActionFormat, stop_id: int):
+        self.tokenizer, self.fmt, self.stop_id = tokenizer, fmt, stop_id
+        self._cache: dict[str, tuple[int, ...]] = {}
+
+    def __call__(self, action: str) -> tuple[int, ...]:
+        ids = self._cache.get(action)
+        if ids is None:
+            ids = tuple(self.tokenizer(self.fmt.render(action), add_special_tokens=False)["input_ids"]) + (self.stop_id,)
+            self._cache[action] = ids
+        return ids
+
+
+def run_episodes(
+    pool: EnvPool,
+    backend: Backend,
+    builder: PromptBuilder,
+    fmt: ActionFormat,
+    resets: Sequence[ResetSpec],
+    sampling: SamplingParams,
+    *,
+    max_steps: int,
+    constrained: bool = False,
+    traj_offset: int = 0,
+    stats: RolloutStats | None = None,
+) -> list[EpisodeResult]:
+    """Play ``len(resets)`` episodes on envs ``0..len(resets)-1`` of ``pool``."""
+    n = len(resets)
+    if n > len(pool):
+        raise ValueError(f"{n} episodes for a pool of {len(pool)} envs")
+    if max_steps < 1:
+        raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+    stats = stats if stats is not None else RolloutStats()
+    tokenizer = builder.tokenizer
+    stop_id = int(tokenizer.eos_token_id)
+    if stop_id not in sampling.stop_token_ids:
+        sampling = SamplingParams(**{**sampling.__dict__, "stop_token_ids": tuple(sampling.stop_token_ids) + (stop_id,)})
+    action_tokens = _ActionTokens(tokenizer, fmt, stop_id)
+    first = pool.reset(list(range(n)), [r.seed for r in resets], [r.options for r in resets])
+    episodes = [
+        EpisodeResult(r.group, traj_offset + k, str(info.get("task_id", "")), str(info.get("category", "")), r.seed)
+        for k, (r, (_obs, info)) in enumerate(zip(resets, first))
+    ]
+    obs = [o for o, _ in first]
+    infos = [i for _, i in first]
+    instructions = [str(i.get("instruction", "")) for i in infos]
+    history: list[list[Turn]] = [[] for _ in range(n)]
+    live = list(range(n))
+    base_seed = sampling.seed
+    for t in range(max_steps):
+        if not live:
+            break
+        t0 = time.perf_counter()
+        overflow_before = builder.overflows
+        prompts = [builder.build(instructions[k], history[k], obs[k], infos[k].get("admissible_actions")) for k in live]
+        stats.prompt_overflows += builder.overflows - overflow_before
+        allowed = None
+        action_of: list[dict[tuple[int, ...], str]] = [{} for _ in live]
+        if constrained:
+            allowed = []
+            for j, k in enumerate(live):
+                acts = infos[k].get("admissible_actions")
+                if acts:
+                    seqs = [action_tokens(a) for a in acts]
+                    action_of[j] = {s: a for s, a in zip(seqs, acts)}
+                    allowed.append(seqs)
+                else:
+                    allowed.append(None)  # open action space: free generation
+        t1 = time.perf_counter()
+        step_sampling = sampling if base_seed is None else SamplingParams(**{**sampling.__dict__, "seed": (int(base_seed) * 1_000_003 + t) & 0x7FFFFFFF})
+        gens = backend.generate(prompts, step_sampling, allowed)
+        t2 = time.perf_counter()
+        stats.engine_calls += 1
+        actions, parsed = [], []
+        for j, g in enumerate(gens):
+            text = tokenizer.decode(g.token_ids, skip_special_tokens=True)
+            action = action_of[j].get(tuple(g.token_ids)) if action_of[j] else None
+            if action is not None:
+                p_action, reason = action, ""
+            else:
+                p = fmt.parse(text, g.finish_reason)
+                p_action, reason = p.action, p.reason
+            parsed.append((text, p_action, reason))
+            actions.append(p_action if p_action is not None else "")
+        results = pool.step(live, actions)
+        t3 = time.perf_counter()
+        still = []
+        for j, (k, g, res) in enumerate(zip(live, gens, results)):
+            text, p_action, reason = parsed[j]
+            info = res.info
+            before = len(infos[k].get("milestones", ()) or ())
+            after = len(info.get("milestones", ()) or ())
+            step_allowed = allowed_per_position(allowed[j], g.token_ids) if allowed is not None and allowed[j] is not None else None
+            valid = p_action is not None and bool(info.get("action_valid", True)) and "error" not in info
+            ep = episodes[k]
+            ep.steps.append(StepRecord(
+                prompt_ids=list(prompts[j]), response_ids=list(g.token_ids), logprobs=list(g.logprobs), allowed=step_allowed,
+                response=text, action=p_action, parse_error=reason, finish_reason=g.finish_reason, observation=obs[k],
+                state_key=infos[k].get("state_key", obs[k]), reward=float(res.reward), valid=valid, milestones_new=max(0, after - before),
+            ))
+            stats.prompt_tokens += len(prompts[j])
+            stats.response_tokens += len(g.token_ids)
+            history[k].append(Turn(obs[k], text))
+            obs[k], infos[k] = res.observation, info
+            ep.won, ep.score = bool(info.get("won", False)), float(info.get("score", 0.0))
+            if "error" in info:
+                ep.error = str(info["error"])
+            if res.terminated or res.truncated or t + 1 >= max_steps:
+                ep.terminated = bool(res.terminated)
+                ep.truncated = not res.terminated
+            else:
+                still.append(k)
+        live = still
+        stats.prompt_s += t1 - t0
+        stats.generate_s += t2 - t1
+        stats.env_s += t3 - t2
+    return episodes

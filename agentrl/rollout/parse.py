@@ -1,0 +1,76 @@
+"""Reading the action out of a model response, and the response template for constrained decoding.
+
+Default format: ``<action>…</action>``, optionally preceded by ``<think>…</think>``. The action
+is the text of the *last* complete action tag, stripped. Empty, endless (cut at the token
+limit), or garbage output yields no action: the step is invalid (the env gets an empty action
+and the credit module charges the invalid-action penalty), never an exception.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["ActionFormat", "ParsedAction"]
+
+
+@dataclass(frozen=True)
+class ParsedAction:
+    action: str | None  # None: nothing could be parsed
+    reason: str = ""  # why parsing failed ("" when it succeeded)
+
+
+@dataclass(frozen=True)
+class ActionFormat:
+    """How actions are written.
+
+    Args:
+        pattern: regex whose group 1 is the action (``None``: the whole response, stripped).
+        template: the response an action is written as, for constrained decoding
+            (``{action}`` is replaced by the action).
+        think: allow a ``<think>…</think>`` block before the action; with ``require_think``
+            a response without one is invalid.
+        max_action_chars: longer actions are rejected as garbage.
+    """
+
+    pattern: str | None = r"<action>(.*?)</action>"
+    template: str = "<action>{action}</action>"
+    think: bool = False
+    require_think: bool = False
+    max_action_chars: int = 512
+
+    def __post_init__(self) -> None:
+        if self.pattern is not None:
+            try:
+                rx = re.compile(self.pattern, re.DOTALL)
+            except re.error as exc:
+                raise ValueError(f"action pattern {self.pattern!r} is not a valid regex: {exc}") from exc
+            if rx.groups < 1:
+                raise ValueError(f"action pattern {self.pattern!r} needs a capture group for the action")
+        if "{action}" not in self.template:
+            raise ValueError(f"action template {self.template!r} must contain {{action}}")
+
+    def parse(self, response: str, finish_reason: str = "stop") -> ParsedAction:
+        if not isinstance(response, str) or not response.strip():
+            return ParsedAction(None, "empty response")
+        text = response
+        if self.require_think and not re.search(r"<think>.*?</think>", text, re.DOTALL):
+            return ParsedAction(None, "missing <think> block")
+        if self.think:
+            text = re.sub(r"<think>.*?</think>", "", text, flags=re.DOTALL)
+        if self.pattern is None:
+            action = text.strip()
+        else:
+            found = re.findall(self.pattern, text, re.DOTALL)
+            if not found:
+                return ParsedAction(None, "no action tag" if finish_reason == "stop" else "no action tag before the token limit")
+            action = found[-1] if isinstance(found[-1], str) else found[-1][0]
+            action = action.strip()
+        if not action:
+            return ParsedAction(None, "empty action")
+        if len(action) > self.max_action_chars:
+            return ParsedAction(None, "action too long")
+        return ParsedAction(action)
+
+    def render(self, action: str) -> str:
+        return self.template.replace("{action}", action)
