@@ -8,7 +8,7 @@ Every module is a pure function registered by name; see ``docs/credit.md`` for t
 methods, the inputs each needs, and their defaults.
 """
 
-from . import gigpo, grpo, hgpo, rloo  # noqa: F401  (registers the modules)
+from . import bipace, compose, gae, gagpo, gigpo, graphgpo, grpo, hgpo, milestone, rloo, salt, turn  # noqa: F401  (registers the modules)
 from .batch import StepBatch, StepBatchError, factorize
 from .registry import CreditResult, available, compute, get, options, register
 from .tokens import response_token_step, step_to_tokens

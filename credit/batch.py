@@ -62,6 +62,24 @@ def _as_float(name: str, values: Any, n: int, ndim: int = 1) -> np.ndarray:
     return arr
 
 
+def _as_embedding(values: Any, n: int) -> np.ndarray:
+    """(n, d) float array; float32 stays float32 (1,536-dim states for 40k steps are 245 MB)."""
+    arr = np.asarray(values)
+    if arr.dtype.kind not in "f":
+        try:
+            arr = arr.astype(np.float64)
+        except (TypeError, ValueError) as exc:
+            raise StepBatchError(f"column 'embedding' must hold numbers: {exc}") from exc
+    if arr.ndim != 2 or len(arr) != n:
+        raise StepBatchError(f"column 'embedding' must have shape ({n}, d), got {arr.shape}")
+    bad = ~np.isfinite(arr.sum(axis=1))  # one pass; a NaN or inf anywhere makes the row sum non-finite
+    if bad.any():
+        bad = ~np.isfinite(arr).all(axis=1)
+        if bad.any():
+            raise StepBatchError(f"column 'embedding' has NaN or infinite values at {_rows(bad)}")
+    return arr
+
+
 def _as_bool(name: str, values: Any, n: int) -> np.ndarray:
     arr = np.asarray(values)
     if arr.shape != (n,):
@@ -108,14 +126,14 @@ def factorize(keys: np.ndarray) -> tuple[np.ndarray, int]:
     if keys.dtype.kind in "iufb":
         uniq, codes = np.unique(keys, return_inverse=True)
         return codes.astype(np.int64).reshape(-1), len(uniq)
-    items = keys.tolist()
-    table: dict[Any, int] = {}
+    items = keys.reshape(-1).tolist()
     try:
-        codes = [table.setdefault(k, len(table)) for k in items]
+        table = {k: i for i, k in enumerate(dict.fromkeys(items))}
     except TypeError:
-        table = {}
-        codes = [table.setdefault(to_hashable(k), len(table)) for k in items]
-    return np.asarray(codes, dtype=np.int64).reshape(-1), len(table)
+        items = [to_hashable(k) for k in items]
+        table = {k: i for i, k in enumerate(dict.fromkeys(items))}
+    codes = np.fromiter(map(table.__getitem__, items), dtype=np.int64, count=len(items))
+    return codes, len(table)
 
 
 @dataclass(frozen=True, eq=False)
@@ -176,7 +194,7 @@ class StepBatch:
         if self.value is not None:
             set_(self, "value", _as_float("value", self.value, n))
         if self.embedding is not None:
-            set_(self, "embedding", _as_float("embedding", self.embedding, n, ndim=2))
+            set_(self, "embedding", _as_embedding(self.embedding, n))
         if self.success is not None:
             set_(self, "success", _as_bool("success", self.success, n))
         extras = {}
@@ -330,23 +348,56 @@ class StepBatch:
         return out
 
     def discounted_returns(self, gamma: float, rewards: np.ndarray | None = None) -> np.ndarray:
-        """Per row, G_t = sum_{j >= t} gamma^(j - t) r_j within its trajectory.
-
-        Computed backwards over time, vectorised across trajectories (no per-step Python loop;
-        one numpy operation per time index), which stays exact for any gamma.
-        """
+        """Per row, G_t = sum_{j >= t} gamma^(j - t) r_j within its trajectory (``reward`` by default)."""
         r = self.reward if rewards is None else np.asarray(rewards, dtype=np.float64)
+        return self.reverse_accumulate(r, gamma)
+
+    def reverse_accumulate(self, values: np.ndarray, factor: float) -> np.ndarray:
+        """Per row, y_t = x_t + factor * y_{t+1} within its trajectory (y after the last step = 0).
+
+        Computed backwards over time, vectorised across trajectories (one numpy operation per
+        time index, none per step), exact for any factor. Discounted returns use ``factor=gamma``;
+        GAE uses the TD errors and ``factor=gamma*lambda``.
+        """
         mat = self.step_matrix
         mask = mat >= 0
-        padded = np.where(mask, r[np.where(mask, mat, 0)], 0.0)
+        padded = np.where(mask, np.asarray(values, dtype=np.float64)[np.where(mask, mat, 0)], 0.0)
         acc = np.zeros(mat.shape[0])
         out = np.empty_like(padded)
         for col in range(mat.shape[1] - 1, -1, -1):
-            acc = padded[:, col] + gamma * acc
+            acc = padded[:, col] + factor * acc
             out[:, col] = acc
-        returns = np.empty(len(self))
-        returns[mat[mask]] = out[mask]
-        return returns
+        result = np.empty(len(self))
+        result[mat[mask]] = out[mask]
+        return result
+
+    def forward_cumsum(self, values: np.ndarray) -> np.ndarray:
+        """Per row, sum of ``values`` over steps 0..t of its trajectory (inclusive)."""
+        mat = self.step_matrix
+        mask = mat >= 0
+        padded = np.where(mask, np.asarray(values, dtype=np.float64)[np.where(mask, mat, 0)], 0.0)
+        out = np.empty(len(self))
+        out[mat[mask]] = np.cumsum(padded, axis=1)[mask]
+        return out
+
+    @cached_property
+    def next_row(self) -> np.ndarray:
+        """Per row, the row of the same trajectory's next step, or -1 after its last step."""
+        mat = self.step_matrix
+        nxt = np.full(len(self), -1, dtype=np.int64)
+        has_next = self.t + 1 < self.traj_length[self.traj_index]
+        rows = np.flatnonzero(has_next)
+        nxt[rows] = mat[self.traj_index[rows], self.t[rows] + 1]
+        return nxt
+
+    @cached_property
+    def prev_row(self) -> np.ndarray:
+        """Per row, the row of the same trajectory's previous step, or -1 at t = 0."""
+        prev = np.full(len(self), -1, dtype=np.int64)
+        nxt = self.next_row
+        has = nxt >= 0
+        prev[nxt[has]] = np.flatnonzero(has)
+        return prev
 
     # -- convenience ----------------------------------------------------------------------------
     def require(self, name: str, how: str) -> np.ndarray:

@@ -5,7 +5,7 @@ anchor-state group, a (group, turn) cell...). Everything here is one pass of ``n
 ``ufunc.at`` over the rows, so cost is linear in the number of rows and independent of row order
 up to floating-point rounding.
 
-Means are taken relative to each segment's maximum, so a segment whose values are all equal gets
+Means are taken relative to one member of each segment, so a segment whose values are all equal gets
 deviations of exactly 0 (not 1e-17 noise that z-scoring would blow up), and huge common offsets
 do not cancel catastrophically.
 """
@@ -27,6 +27,7 @@ __all__ = [
     "Mode",
     "check_choice",
     "combine_codes",
+    "densify",
     "deviations",
     "normalize",
     "segment_max",
@@ -53,10 +54,20 @@ def segment_max(values: np.ndarray, codes: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+def _reference(values: np.ndarray, codes: np.ndarray, n: int) -> np.ndarray:
+    """Per segment, the value of one of its members (0 for empty segments)."""
+    ref = np.zeros(n)
+    ref[codes] = values  # one member's value per segment (which one does not matter)
+    return ref
+
+
 def deviations(values: np.ndarray, codes: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per row ``x - mean_segment(x)`` (exactly 0 in constant segments), and per-segment counts."""
+    """Per row ``x - mean_segment(x)`` (exactly 0 in constant segments), and per-segment counts.
+
+    The mean is taken relative to one member of the segment, so equal values cancel exactly.
+    """
     counts = np.bincount(codes, minlength=n)
-    ref = segment_max(values, codes, n)
+    ref = _reference(values, codes, n)
     shifted = values - ref[codes]
     mean_shift = segment_sum(shifted, codes, n) / np.maximum(counts, 1)
     return shifted - mean_shift[codes], counts
@@ -65,8 +76,7 @@ def deviations(values: np.ndarray, codes: np.ndarray, n: int) -> tuple[np.ndarra
 def segment_mean(values: np.ndarray, codes: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Per segment, the mean of ``values`` and the count (empty segments: mean 0)."""
     counts = np.bincount(codes, minlength=n)
-    ref = segment_max(values, codes, n)
-    ref = np.where(counts > 0, ref, 0.0)
+    ref = _reference(values, codes, n)
     shifted = values - ref[codes]
     return ref + segment_sum(shifted, codes, n) / np.maximum(counts, 1), counts
 
@@ -122,9 +132,20 @@ def combine_codes(*codes: tuple[np.ndarray, int]) -> tuple[np.ndarray, int]:
     acc = np.asarray(acc, dtype=np.int64)
     for c, n in codes[1:]:
         if size * max(n, 1) >= 2**62:  # re-densify before the product could overflow
-            acc = np.unique(acc, return_inverse=True)[1].reshape(-1)
-            size = int(acc.max()) + 1 if len(acc) else 0
+            acc, size = densify(acc, size)
         acc = acc * n + np.asarray(c, dtype=np.int64)
         size = size * n
-    uniq, inv = np.unique(acc, return_inverse=True)
+    return densify(acc, size)
+
+
+def densify(keys: np.ndarray, size: int) -> tuple[np.ndarray, int]:
+    """Map integer keys in ``0..size-1`` to dense codes ``0..k-1`` (order-preserving)."""
+    if len(keys) == 0:
+        return keys.astype(np.int64), 0
+    if size <= max(1 << 22, 8 * len(keys)):  # a lookup table: linear time
+        present = np.zeros(size, dtype=bool)
+        present[keys] = True
+        remap = np.cumsum(present) - 1
+        return remap[keys].astype(np.int64), int(remap[-1]) + 1
+    uniq, inv = np.unique(keys, return_inverse=True)
     return inv.reshape(-1).astype(np.int64), len(uniq)
