@@ -227,5 +227,12 @@ def load_original(
                 opt_text = ", and ".join(f"{k}: {v}" for k, v in opts.items())
                 text = f"{info['instruction']}{' with ' + opt_text if opt_text else ''}{_price_text(ceiling)}"
                 goals.append(_goal(p, index, text, [str(a) for a in attrs], opts, ceiling))
+    if not products:
+        raise CatalogueError(f"{product_file}: no usable product records")
+    if not goals:
+        source = human_instruction_file if human_goals else attribute_file
+        raise CatalogueError(
+            f"{source}: no usable instruction for any of the {len(products)} products"
+        )
     random.Random(GOAL_SHUFFLE_SEED).shuffle(goals)
     return products, goals

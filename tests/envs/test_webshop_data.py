@@ -284,6 +284,10 @@ def test_env_plays_the_original_files_and_the_expert_wins(original_files, tmp_pa
             r"items_human_ins.json: record 'B000000001', instruction 0: missing 'instruction'",
         ),
         (lambda f: f[1].unlink(), r"items_ins_v2_1000.json: file not found"),
+        (
+            lambda f: f[2].write_text("{}"),
+            r"items_human_ins.json: no usable instruction for any of the 3 products",
+        ),
     ],
 )
 def test_malformed_files_name_the_file_and_the_record(original_files, tmp_path, break_it, message):

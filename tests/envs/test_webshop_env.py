@@ -255,7 +255,7 @@ def test_any_action_sequence_keeps_the_contract(env, actions, task):
             break
 
 
-@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn", "fork"])
 def test_pool_workers_share_the_catalogue_files(cache, start_method):
     spec = EnvSpec("WebShop-v0", {"num_products": 300, "cache_dir": cache})
     with EnvPool([spec] * 2, num_workers=2, mp_context=start_method) as pool:
