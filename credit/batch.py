@@ -212,11 +212,14 @@ class StepBatch:
         n_traj = self.num_trajectories
         if (self.t < 0).any():
             raise StepBatchError(f"column 't' must be >= 0; negative at {_rows(self.t < 0)}")
-        first_group = np.full(n_traj, -1, dtype=np.int64)
-        first_group[codes] = self.group
-        mixed = first_group[codes] != self.group
+        lo = np.full(n_traj, np.iinfo(np.int64).max)
+        hi = np.full(n_traj, np.iinfo(np.int64).min)
+        np.minimum.at(lo, codes, self.group)
+        np.maximum.at(hi, codes, self.group)
+        mixed = (lo != hi)[codes]
         if mixed.any():
-            raise StepBatchError(f"a trajectory spans several groups at {_rows(mixed)}")
+            ids = np.unique(self.traj[mixed])[:5].tolist()
+            raise StepBatchError(f"trajectories {ids} span several groups (each trajectory belongs to one group) at {_rows(mixed)}")
         lengths = np.bincount(codes, minlength=n_traj)
         max_t = np.full(n_traj, -1, dtype=np.int64)
         np.maximum.at(max_t, codes, self.t)

@@ -5,7 +5,7 @@ anchor-state group, a (group, turn) cell...). Everything here is one pass of ``n
 ``ufunc.at`` over the rows, so cost is linear in the number of rows and independent of row order
 up to floating-point rounding.
 
-Means are taken relative to one member of each segment, so a segment whose values are all equal gets
+Means are taken relative to each segment's largest value, so a segment whose values are all equal gets
 deviations of exactly 0 (not 1e-17 noise that z-scoring would blow up), and huge common offsets
 do not cancel catastrophically.
 """
@@ -55,16 +55,17 @@ def segment_max(values: np.ndarray, codes: np.ndarray, n: int) -> np.ndarray:
 
 
 def _reference(values: np.ndarray, codes: np.ndarray, n: int) -> np.ndarray:
-    """Per segment, the value of one of its members (0 for empty segments)."""
-    ref = np.zeros(n)
-    ref[codes] = values  # one member's value per segment (which one does not matter)
-    return ref
+    """Per segment, its largest value (0 for empty segments): an order-independent member value."""
+    ref = np.full(n, -np.inf)
+    np.maximum.at(ref, codes, values)
+    return np.where(np.isfinite(ref), ref, 0.0)
 
 
 def deviations(values: np.ndarray, codes: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Per row ``x - mean_segment(x)`` (exactly 0 in constant segments), and per-segment counts.
 
-    The mean is taken relative to one member of the segment, so equal values cancel exactly.
+    The mean is taken relative to the segment's largest value, so equal values cancel exactly and
+    the result does not depend on the order of the rows (beyond the summation order).
     """
     counts = np.bincount(codes, minlength=n)
     ref = _reference(values, codes, n)
@@ -82,9 +83,17 @@ def segment_mean(values: np.ndarray, codes: np.ndarray, n: int) -> tuple[np.ndar
 
 
 def _std_from_dev(dev: np.ndarray, codes: np.ndarray, counts: np.ndarray, ddof: int) -> np.ndarray:
-    ss = np.bincount(codes, weights=dev * dev, minlength=len(counts))
+    n = len(counts)
+    big = len(dev) and float(np.max(np.abs(dev))) > 1e150
+    if big:  # squares would overflow: scale each segment by its largest deviation
+        scale = np.zeros(n)
+        np.maximum.at(scale, codes, np.abs(dev))
+        scale = np.where(scale > 0, scale, 1.0)
+        dev = dev / scale[codes]
+    ss = np.bincount(codes, weights=dev * dev, minlength=n)
     denom = counts - ddof
-    return np.sqrt(np.where(denom > 0, ss / np.where(denom > 0, denom, 1), 0.0))
+    std = np.sqrt(np.where(denom > 0, ss / np.where(denom > 0, denom, 1), 0.0))
+    return std * scale if big else std
 
 
 def segment_std(values: np.ndarray, codes: np.ndarray, n: int, ddof: int = 1) -> np.ndarray:

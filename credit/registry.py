@@ -70,6 +70,8 @@ def options(name: str) -> dict[str, Any]:
 
 def compute(batch: StepBatch, method: str, **hparams: Any) -> CreditResult:
     """Run credit module ``method`` on ``batch`` with the given hyper-parameters."""
+    if not isinstance(batch, StepBatch):
+        raise TypeError(f"credit.compute needs a credit.StepBatch, got {type(batch).__name__}")
     fn = get(method)
     valid = options(method)
     unknown = sorted(set(hparams) - set(valid))
@@ -83,8 +85,20 @@ def compute(batch: StepBatch, method: str, **hparams: Any) -> CreditResult:
     if adv.shape != (len(batch),):
         raise RuntimeError(f"credit module {method!r} returned shape {adv.shape}, expected ({len(batch)},)")
     if not np.isfinite(adv).all():
-        raise FloatingPointError(f"credit module {method!r} produced non-finite advantages")
-    adv = adv.astype(np.float32, copy=False)
+        bad = np.flatnonzero(~np.isfinite(adv))
+        raise FloatingPointError(
+            f"credit module {method!r} produced non-finite advantages at rows {bad[:10].tolist()}"
+            f"{' ...' if len(bad) > 10 else ''}: the rewards or values are too large for float64 "
+            "(sums or squares overflow); rescale them"
+        )
+    with np.errstate(over="ignore"):
+        adv32 = adv.astype(np.float32, copy=False)
+    if not np.isfinite(adv32).all():
+        raise FloatingPointError(
+            f"credit module {method!r} produced advantages beyond the float32 range "
+            f"(max |A| = {float(np.max(np.abs(adv))):.3g}); rescale the rewards"
+        )
+    adv = adv32
     diagnostics = dict(result.diagnostics)
     diagnostics["zero_advantage_fraction"] = float(np.mean(adv == 0.0))
     return CreditResult(adv, diagnostics, dict(result.components))
