@@ -33,6 +33,12 @@ def _rows(mask: np.ndarray, limit: int = 10) -> str:
     return f"rows [{shown}{', ...' if len(rows) > limit else ''}] ({len(rows)} in all)"
 
 
+def _check_sums(what: str, per_row: np.ndarray) -> None:
+    bad = ~np.isfinite(per_row)
+    if bad.any():
+        raise StepBatchError(f"{what} overflow float64 at {_rows(bad)}: the rewards are too large; rescale them")
+
+
 def _as_int(name: str, values: Any, n: int | None) -> np.ndarray:
     arr = np.asarray(values)
     if arr.ndim != 1:
@@ -341,7 +347,10 @@ class StepBatch:
     @cached_property
     def episode_return(self) -> np.ndarray:
         """Per trajectory code, the undiscounted sum of its rewards."""
-        return np.bincount(self.traj_index, weights=self.reward, minlength=self.num_trajectories)
+        with np.errstate(over="ignore", invalid="ignore"):
+            R = np.bincount(self.traj_index, weights=self.reward, minlength=self.num_trajectories)
+        _check_sums("episode returns", R[self.traj_index])
+        return R
 
     @cached_property
     def step_matrix(self) -> np.ndarray:
@@ -367,11 +376,13 @@ class StepBatch:
         padded = np.where(mask, np.asarray(values, dtype=np.float64)[np.where(mask, mat, 0)], 0.0)
         acc = np.zeros(mat.shape[0])
         out = np.empty_like(padded)
-        for col in range(mat.shape[1] - 1, -1, -1):
-            acc = padded[:, col] + factor * acc
-            out[:, col] = acc
+        with np.errstate(over="ignore", invalid="ignore"):
+            for col in range(mat.shape[1] - 1, -1, -1):
+                acc = padded[:, col] + factor * acc
+                out[:, col] = acc
         result = np.empty(len(self))
         result[mat[mask]] = out[mask]
+        _check_sums("discounted sums", result)
         return result
 
     def forward_cumsum(self, values: np.ndarray) -> np.ndarray:
