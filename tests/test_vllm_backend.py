@@ -23,12 +23,12 @@ if sys.platform != "linux" or platform.machine() != "x86_64":  # where the [vllm
 from vllm_tiny import build_tiny_model, hf_logprobs  # noqa: E402
 
 from agentrl.backends.base import Backend, SamplingParams  # noqa: E402
+from agentrl.backends.trie import allowed_per_position  # noqa: E402
 from agentrl.backends.vllm_engine import (  # noqa: E402
     VLLMBackend,
     VLLMConfig,
-    build_trie,
+    leaf_only_tokens,
     merged_state_dict,
-    trie_allowed_next,
 )
 
 KV_BYTES = 32 << 20
@@ -57,6 +57,13 @@ def restore_weights(engine, tiny):
 def _prompts(tok, n):
     texts = [f"step {i} : the box is left of the goal" for i in range(n)]
     return [tok.encode(t).ids for t in texts]
+
+
+def test_leaf_only_tokens():
+    # 9 ends both sequences; 7 ends [1, 7] but continues [1, 7, 9]; 5 is internal only
+    assert leaf_only_tokens([[1, 7], [1, 7, 9], [5, 9]]) == [9]
+    assert leaf_only_tokens([[1, 2, 3], [1, 2, 4]]) == [3, 4]
+    assert leaf_only_tokens([[3], [3, 3]]) == []
 
 
 def test_is_a_backend(engine):
@@ -128,17 +135,16 @@ def test_constrained_decoding_renormalises_over_the_trie(engine, tiny):
         SamplingParams(max_new_tokens=32, temperature=1.0, seed=3, stop_token_ids=(stop,)),
         allowed=[seqs] * len(prompts),
     )
-    trie = build_trie(seqs)
     renormalisation = 0.0
     for prompt, gen in zip(prompts, gens, strict=True):
         assert gen.token_ids in seqs and gen.finish_reason == "stop"
-        ref = hf_logprobs(tiny.model, prompt, gen.token_ids, trie=trie)
+        ref = hf_logprobs(tiny.model, prompt, gen.token_ids, allowed=seqs)
         assert max(abs(a - b) for a, b in zip(gen.logprobs, ref, strict=True)) < 1e-3
         free = hf_logprobs(tiny.model, prompt, gen.token_ids)
         renormalisation = max(renormalisation, *(a - b for a, b in zip(ref, free, strict=True)))
         # forced tokens (one allowed continuation) have log-prob 0
-        for i, lp in enumerate(gen.logprobs):
-            if len(trie_allowed_next(trie, gen.token_ids[:i])) == 1:
+        for lp, ids in zip(gen.logprobs, allowed_per_position(seqs, gen.token_ids), strict=True):
+            if len(ids) == 1:
                 assert abs(lp) < 1e-6
     assert renormalisation > 1.0  # the mask changes the log-probs a lot: the parity is not trivial
     assert len({tuple(g.token_ids) for g in gens}) > 1  # it samples among the actions

