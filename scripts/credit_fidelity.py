@@ -35,11 +35,11 @@ from agentrl.fidelity.experiment import (  # noqa: E402
     run_fidelity,
     run_learning,
 )
-from agentrl.fidelity.modules import default_specs, parse_spec  # noqa: E402
+from agentrl.fidelity.modules import LEFT_OUT, default_specs, parse_spec  # noqa: E402
 from agentrl.fidelity.tasks import ENVS  # noqa: E402
 
-#: Variants worth a row of their own: the mean-only ("w/o std") forms.
-DEFAULT_VARIANTS = ("grpo:mode=mean", "gigpo:mode=mean")
+#: Variants worth a row of their own: the mean-only ("w/o std") forms, HGPO with its episode term.
+DEFAULT_VARIANTS = ("grpo:mode=mean", "gigpo:mode=mean", "hgpo:base_group=True")
 REFERENCES = ("ref:mc-minus-true-V", "ref:mc-minus-true-V:gamma=0.95", "ref:true-advantage")
 
 DEFAULT_DOC = """# Credit fidelity lab
@@ -92,6 +92,9 @@ def render(
     order = [s.label for s in specs]
     cmd = "python scripts/credit_fidelity.py" + "".join(f" {shlex.quote(a)}" for a in args.argv)
     statuses = {**fstatus, **{k: v for k, v in lstatus.items() if v != "ok" or k not in fstatus}}
+    statuses.update(
+        {m: f"left out: {why}" for m, why in LEFT_OUT.items() if m in credit.available()}
+    )
     lines = [
         "## Generated results",
         "",

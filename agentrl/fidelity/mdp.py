@@ -150,7 +150,7 @@ def _check_policy(mdp: TabularMDP, policy: np.ndarray) -> np.ndarray:
     policy = np.asarray(policy, dtype=np.float64)
     if policy.shape != mdp.mask.shape:
         raise ValueError(f"policy must have shape {mdp.mask.shape}, got {policy.shape}")
-    if (policy < 0).any() or not np.allclose(policy.sum(axis=1), 1.0, atol=1e-9):
+    if (policy < 0).any() or np.abs(policy.sum(axis=1) - 1.0).max() > 1e-9:
         raise ValueError("policy rows must be probability distributions")
     if (policy[~mdp.mask] > 0).any():
         raise ValueError("policy puts probability on inadmissible actions")
@@ -173,10 +173,11 @@ def evaluate_policy(
     V = np.zeros((H + 1, S))
     Q = np.zeros((H + 1, S, A))
     cont = gamma * (~mdp.done)
+    r = np.where(mdp.mask, r, 0.0)
+    cont = np.where(mdp.mask, cont, 0.0)  # masked actions: Q = 0 (the policy gives them no mass)
     for k in range(1, H + 1):
         Q[k] = r + cont * V[k - 1][mdp.next_state]
-        Q[k][~mdp.mask] = 0.0
-        V[k] = np.einsum("sa,sa->s", policy, Q[k])
+        V[k] = (policy * Q[k]).sum(axis=1)
     return PolicyValues(V, Q, gamma)
 
 

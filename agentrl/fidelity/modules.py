@@ -9,6 +9,8 @@ supplied from the exact model, and the report says so:
   not a like-for-like rival of the critic-free ones.
 - ``embedding``: a fixed random Gaussian vector per state (dimension 64, unit norm): distinct
   states are nearly orthogonal, so cosine clustering recovers exact state identity.
+- ``extras["next_state_key"]``: the state each step led to (GraphGPO links a failed rollout's
+  last step to it).
 - ``milestone``: the environment's milestone events (Sokoban: a box onto a target; the
   pick-and-place task: picking the object up, and the winning put).
 
@@ -33,7 +35,15 @@ from credit import StepBatchError
 from .mdp import PolicyValues, TabularMDP, evaluate_policy
 from .sampler import Rollouts, to_step_batch
 
-__all__ = ["Inputs", "ModuleSpec", "default_specs", "module_gamma", "parse_spec", "run_spec"]
+__all__ = [
+    "Inputs",
+    "ModuleSpec",
+    "default_specs",
+    "module_gamma",
+    "parse_spec",
+    "run_spec",
+    "state_embedding",
+]
 
 EMBED_DIM = 64
 REFERENCES = ("ref:mc-minus-true-V", "ref:true-advantage")
@@ -52,14 +62,27 @@ class ModuleSpec:
         return self.name.startswith("ref:")
 
 
+#: Registered modules left out of the default rows, with the reason printed in the report.
+LEFT_OUT = {
+    "compose": "a combinator: with its defaults it is its base (grpo); measure a composition by "
+    'naming it, e.g. --extra \'compose:{"base": "rloo", "terms": ["gigpo"]}\'',
+}
+
+
 def parse_spec(text: str) -> ModuleSpec:
-    """``"gigpo"`` or ``"gigpo:mode=mean,gamma=0.9"`` (values parsed as Python literals)."""
+    """``"gigpo"``, ``"gigpo:mode=mean,gamma=0.9"`` (values parsed as Python literals), or
+    ``"compose:{...}"`` (options as one Python/JSON dict literal, for nested options)."""
     text = text.strip()
     prefix = "ref:" if text.startswith("ref:") else ""
     name, _, rest = text[len(prefix) :].partition(":")
     name = prefix + name
     opts: dict[str, Any] = {}
-    if rest:
+    if rest.strip().startswith("{"):
+        try:
+            opts = dict(ast.literal_eval(rest.strip().replace("null", "None")))
+        except (ValueError, SyntaxError, TypeError) as exc:
+            raise ValueError(f"bad option dict in {text!r}: {exc}") from exc
+    elif rest:
         for item in rest.split(","):
             key, eq, val = item.partition("=")
             if not eq:
@@ -74,13 +97,14 @@ def parse_spec(text: str) -> ModuleSpec:
         )
     if name.startswith("ref:") and name not in REFERENCES:
         raise ValueError(f"unknown reference {name!r}; valid: {', '.join(REFERENCES)}")
-    label = name if not opts else f"{name}[{','.join(f'{k}={v}' for k, v in opts.items())}]"
+    shown = ",".join(f"{k}={v}" for k, v in opts.items()).replace("'", "").replace(" ", "")
+    label = name if not opts else f"{name}[{shown}]"
     return ModuleSpec(label, name, opts)
 
 
 def default_specs() -> list[ModuleSpec]:
-    """Every registered credit module with its defaults."""
-    return [ModuleSpec(n, n) for n in credit.available()]
+    """Every registered credit module with its defaults (but those in :data:`LEFT_OUT`)."""
+    return [ModuleSpec(n, n) for n in credit.available() if n not in LEFT_OUT]
 
 
 def module_gamma(spec: ModuleSpec) -> float:

@@ -25,6 +25,7 @@ class Rollouts:
     traj: np.ndarray  # (n,) trajectory id
     t: np.ndarray  # (n,) step index within the trajectory
     state: np.ndarray  # (n,) state index in the MDP table
+    next_state: np.ndarray  # (n,) the state the step led to
     action: np.ndarray  # (n,) action index
     reward: np.ndarray  # (n,)
     done: np.ndarray  # (n,) last step of its trajectory (terminal or truncated)
@@ -63,7 +64,7 @@ def sample_groups(
     alive = np.ones(num, dtype=bool)
     cum = np.cumsum(policy, axis=1)
     cols: dict[str, list[np.ndarray]] = {
-        k: [] for k in ("traj", "t", "state", "action", "reward", "done", "milestone")
+        k: [] for k in ("traj", "t", "state", "next_state", "action", "reward", "done", "milestone")
     }
     ret = np.zeros(num)
     won = np.zeros(num, dtype=bool)
@@ -81,6 +82,7 @@ def sample_groups(
         cols["traj"].append(idx)
         cols["t"].append(np.full(len(idx), t))
         cols["state"].append(s)
+        cols["next_state"].append(mdp.next_state[s, a])
         cols["action"].append(a)
         cols["reward"].append(r)
         cols["done"].append(d)
@@ -110,8 +112,9 @@ def to_step_batch(
     """The credit modules' input: one row per step, groups = tasks.
 
     ``state_key`` is the state's index in the (stacked) table, unique across tasks; ``action_key``
-    the action index; every action is valid (policies only pick admissible commands). ``value``
-    (per step) and ``embedding`` (per state, indexed by the step's state) are optional columns.
+    the action index; every action is valid (policies only pick admissible commands);
+    ``extras["next_state_key"]`` the state each step led to. ``value`` (per step) and
+    ``embedding`` (per state, indexed by the step's state) are optional columns.
     """
     return StepBatch(
         group=rollouts.task,
@@ -126,4 +129,5 @@ def to_step_batch(
         value=value,
         embedding=None if embedding is None else embedding[rollouts.state],
         success=rollouts.traj_won[rollouts.traj],
+        extras={"next_state_key": rollouts.next_state},
     )
