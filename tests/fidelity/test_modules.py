@@ -63,6 +63,17 @@ def test_reference_estimators_by_hand():
     np.testing.assert_allclose(true, inputs.true_advantage(1.0))
 
 
+def test_one_step_gae_with_the_true_critic_is_the_true_advantage():
+    """End-to-end check of the harness: with the exact V^pi as critic, lam = 0 and gamma = 1,
+    GAE's delta r_t + V_{k-1}(s_{t+1}) - V_k(s_t) is Q - V in a deterministic env."""
+    if "gae" not in credit.available():
+        pytest.fail("the gae credit module is not registered")
+    inputs = _inputs()
+    adv, status = run_spec(parse_spec("gae:lam=0.0,gamma=1.0"), inputs)
+    assert status == "ok"
+    np.testing.assert_allclose(adv, inputs.true_advantage(1.0), atol=1e-4)
+
+
 def test_value_column_is_the_true_value_at_the_modules_gamma(monkeypatch):
     seen = {}
 
