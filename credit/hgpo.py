@@ -17,8 +17,10 @@ gamma = 0.95, base_group off, invalid_penalty 0.1 (subtracted from G after disco
 the episode score, exactly as for :mod:`credit.gigpo`).
 
 Differences from the reference: float64 arithmetic, and groups of equal values give exactly 0 (see
-:mod:`credit.gigpo`); the history of a step is read from the explicit ``t`` ids rather than from
-the rows' order in the batch.
+:mod:`credit.gigpo`); a deviation from the group mean within 1e-12 of the group's scale counts as
+exactly 0 (the reference tests float32 ``!= 0``, so whether an item is dropped there can hinge on
+rounding); the history of a step is read from the explicit ``t`` ids rather than from the rows'
+order in the batch.
 
 Cost: K + 1 vectorised factorisations and normalisations, linear in the steps.
 """
@@ -31,10 +33,27 @@ from .batch import StepBatch
 from .diagnostics import episode_diagnostics, group_diagnostics
 from .gigpo import step_returns
 from .grpo import episode_advantages
-from .ops import EPS, Mode, check_choice, normalize
+from .ops import EPS, Mode, check_choice, deviations
 from .registry import CreditResult, register
 
 __all__ = ["hgpo"]
+
+
+def _level_advantages(x: np.ndarray, codes: np.ndarray, n: int, mode: str, eps: float) -> np.ndarray:
+    """Normalise within groups (population std), with deviations at rounding level set to exactly 0.
+
+    HGPO drops items that are exactly 0, so whether a step's return equals its group's mean must
+    not hinge on the last bit of a sum: |x - mean| <= 1e-12 * (largest |x| of the group) is 0.
+    """
+    dev, counts = deviations(x, codes, n)
+    scale = np.zeros(n)
+    np.maximum.at(scale, codes, np.abs(x))
+    dev = np.where(np.abs(dev) <= 1e-12 * scale[codes], 0.0, dev)
+    dev = np.where(counts[codes] > 1, dev, 0.0)
+    if mode == "mean":
+        return dev
+    var = np.bincount(codes, weights=dev * dev, minlength=n) / np.maximum(counts, 1)
+    return dev / (np.sqrt(var)[codes] + eps)
 
 
 @register("hgpo")
@@ -61,7 +80,7 @@ def hgpo(
     for k, (codes, n) in enumerate(batch.history_levels(int(history_length) + 1), start=1):
         rows = np.flatnonzero(codes >= 0)
         a = np.zeros(len(batch))
-        a[rows] = normalize(G[rows], codes[rows], n, mode, ddof=0, eps=eps, singleton="zero")
+        a[rows] = _level_advantages(G[rows], codes[rows], n, mode, eps)
         w = float(k + 1) ** alpha
         item = a != 0
         num += np.where(item, w * a, 0.0)
