@@ -28,8 +28,8 @@ from agentrl.backends.vllm_engine import (  # noqa: E402
     VLLMBackend,
     VLLMConfig,
     leaf_only_tokens,
-    merged_state_dict,
 )
+from agentrl.learner.weights import policy_state_dict  # noqa: E402
 
 KV_BYTES = 32 << 20
 
@@ -195,7 +195,7 @@ def test_update_weights_resets_prefix_cache(engine, tiny, restore_weights):
 
 
 def test_lora_merged_sync(engine, tiny, restore_weights):
-    peft = pytest.importorskip("peft")
+    import peft
     base = build_tiny_model(None, seed=0).model
     lora = peft.get_peft_model(
         base, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"])
@@ -204,7 +204,7 @@ def test_lora_merged_sync(engine, tiny, restore_weights):
         for name, p in lora.named_parameters():
             if "lora_B" in name:
                 p.normal_(0, 0.5)
-    sd = merged_state_dict(lora)
+    sd = policy_state_dict(lora)
     assert not any("lora" in k for k in sd)
     engine.update_weights(sd)
     prompts = _prompts(tiny.tokenizer, 2)

@@ -18,8 +18,9 @@ if sys.platform != "linux" or platform.machine() != "x86_64":  # where the [vllm
 
 from agentrl.backends import make_backend  # noqa: E402
 from agentrl.backends.base import SamplingParams  # noqa: E402
-from agentrl.backends.vllm_engine import VLLMBackend, merged_state_dict  # noqa: E402
+from agentrl.backends.vllm_engine import VLLMBackend  # noqa: E402
 from agentrl.learner import Learner, LearnerConfig  # noqa: E402
+from agentrl.learner.weights import policy_state_dict  # noqa: E402
 from agentrl.models import apply_lora, load_model  # noqa: E402
 from agentrl.pool import EnvPool, EnvSpec  # noqa: E402
 from agentrl.rollout import (  # noqa: E402
@@ -71,7 +72,14 @@ def _rollout(engine, tok, pool, constrained, seed):
     sampling = SamplingParams(max_new_tokens=12, temperature=TEMPERATURE, seed=seed)
     resets = [ResetSpec(group=g // 2, seed=100 + g // 2) for g in range(4)]
     episodes = run_episodes(
-        pool, engine, builder, ActionFormat(), resets, sampling, max_steps=2, constrained=constrained
+        pool,
+        engine,
+        builder,
+        ActionFormat(),
+        resets,
+        sampling,
+        max_steps=2,
+        constrained=constrained,
     )
     _batch, seqs = to_step_batch(episodes)
     return seqs
@@ -89,7 +97,9 @@ def test_learner_recomputes_vllm_logprobs_before_and_after_sync(engine, policy, 
     initial = {k: v.clone() for k, v in model.state_dict().items()}
     learner = Learner(
         model,
-        LearnerConfig(lr=3e-2, epochs=1, minibatch_size=64, micro_batch_size=64, temperature=TEMPERATURE),
+        LearnerConfig(
+            lr=3e-2, epochs=1, minibatch_size=64, micro_batch_size=64, temperature=TEMPERATURE
+        ),
         pad_token_id=tok.pad_token_id,
     )
     try:
@@ -118,14 +128,16 @@ def test_lora_learner_sync_merged(engine, policy, pool):
     try:
         learner = Learner(
             lora,
-            LearnerConfig(lr=5e-2, epochs=1, minibatch_size=64, micro_batch_size=64, temperature=TEMPERATURE),
+            LearnerConfig(
+                lr=5e-2, epochs=1, minibatch_size=64, micro_batch_size=64, temperature=TEMPERATURE
+            ),
             pad_token_id=tok.pad_token_id,
         )
         seqs = _rollout(engine, tok, pool, True, seed=3)
         adv = np.random.default_rng(1).normal(size=len(seqs)).astype(np.float32)
         learner.update(seqs, adv)
         assert _max_gap(learner, seqs) > 1e-3
-        engine.update_weights(merged_state_dict(lora))
+        engine.update_weights(policy_state_dict(lora))
         seqs2 = _rollout(engine, tok, pool, True, seed=4)
         assert _max_gap(learner, seqs2) < 1e-3
     finally:

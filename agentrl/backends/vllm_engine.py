@@ -61,7 +61,6 @@ __all__ = [
     "VLLMBackend",
     "VLLMConfig",
     "leaf_only_tokens",
-    "merged_state_dict",
 ]
 
 log = logging.getLogger(__name__)
@@ -202,41 +201,6 @@ class TrieLogitsProcessor(LogitsProcessor):
 # --------------------------------------------------------------------------------------------
 
 
-def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Hugging Face-named weights of ``model`` for :meth:`VLLMBackend.update_weights`.
-
-    For a peft LoRA model, each adapted weight is returned merged (``W + delta``, computed with
-    peft's ``get_delta_weight``) without modifying the model, and the adapter tensors are left
-    out. For a plain model, its ``state_dict`` (detached, no copies).
-    """
-    try:
-        from peft import PeftModel
-        from peft.tuners.lora import LoraLayer
-    except ImportError:  # pragma: no cover - peft is a [train] dependency
-        PeftModel = LoraLayer = None  # type: ignore[assignment,misc]
-    if PeftModel is None or not isinstance(model, PeftModel):
-        return {k: v.detach() for k, v in model.state_dict().items()}
-    base = model.get_base_model()
-    out: dict[str, torch.Tensor] = {}
-    for name, tensor in base.state_dict().items():
-        if ".lora_" in name or "lora_magnitude" in name:
-            continue
-        out[name.replace(".base_layer.", ".")] = tensor.detach()
-    with torch.no_grad():
-        for name, module in base.named_modules():
-            if not isinstance(module, LoraLayer) or getattr(module, "merged", False):
-                continue
-            key = f"{name}.weight"
-            deltas = [
-                module.get_delta_weight(a)
-                for a in module.active_adapters
-                if a in module.lora_A and a not in getattr(module, "disable_adapters_set", ())
-            ]
-            if deltas and not getattr(module, "disable_adapters", False):
-                out[key] = out[key] + sum(deltas).to(out[key].dtype)
-    return out
-
-
 def _checkpoint_items(state_dict: Mapping[str, Any]) -> list[tuple[str, torch.Tensor]]:
     """Validate and normalise learner weight names to the checkpoint names vLLM loads."""
     items: list[tuple[str, torch.Tensor]] = []
@@ -246,7 +210,7 @@ def _checkpoint_items(state_dict: Mapping[str, Any]) -> list[tuple[str, torch.Te
         if ".lora_" in name:
             raise ValueError(
                 f"update_weights got LoRA adapter tensor {name!r}: pass merged weights, "
-                "e.g. agentrl.backends.vllm_engine.merged_state_dict(peft_model)"
+                "e.g. agentrl.learner.weights.policy_state_dict(peft_model)"
             )
         if name.startswith("base_model.model."):
             name = name[len("base_model.model.") :]
@@ -637,9 +601,10 @@ class VLLMBackend:
     def update_weights(self, state_dict: Mapping[str, Any]) -> None:
         """Load the learner's weights in place, then drop the (now stale) prefix cache.
 
-        ``state_dict`` holds Hugging Face-named full weights (use :func:`merged_state_dict` for a
-        peft LoRA model). The tensors may live on any device; vLLM copies them into its own
-        parameters (converting dtype), so the learner may keep updating its copy afterwards.
+        ``state_dict`` holds Hugging Face-named full weights; for a peft LoRA model, the merged
+        ones of ``agentrl.learner.weights.policy_state_dict``. The tensors may live on any device;
+        vLLM copies them into its own parameters (converting dtype), so the learner may keep
+        updating its copy afterwards.
         """
         self._check_open()
         items = _checkpoint_items(state_dict)
