@@ -27,8 +27,10 @@ __all__ = ["build_agent", "evaluate", "main"]
 AGENTS = ("random", "expert", "endpoint", "model")
 
 
-def build_agent(agent_cfg: DictConfig, cfg: DictConfig) -> Agent:
-    """The agent named by ``agent_cfg.name`` (one of :data:`AGENTS`)."""
+def build_agent(agent_cfg: DictConfig, cfg: DictConfig) -> Agent | Any:
+    """The agent named by ``agent_cfg.name`` (one of :data:`AGENTS`). ``model`` returns a
+    :class:`~agentrl.evaluation.model_agent.ModelAgent`, which plays whole episodes itself
+    (``run``) through the trainer's rollout loop; the others answer step by step."""
     name = agent_cfg.get("name")
     if name == "random":
         from .evaluation.agents import RandomAgent
@@ -66,7 +68,6 @@ def _resolve(cfg: DictConfig) -> dict[str, Any]:
         "repeats": int(cfg.repeats),
         "seed": int(cfg.seed),
         "max_steps": pick(cfg.max_steps, "max_steps"),
-        "invalid_penalty": float(env.get("invalid_penalty", 0.0) or 0.0),
         "num_envs": int(cfg.num_envs),
         "num_workers": int(pick(cfg.num_workers, "num_workers", 0) or 0),
         "step_timeout": pick(cfg.step_timeout, "step_timeout"),
@@ -87,17 +88,18 @@ def evaluate(cfg: DictConfig) -> Report:
     meta = {
         "agent": str(cfg.agent.name),
         "agent_config": {k: v for k, v in agent_cfg.items() if k not in ("api_key",)},
-        **{k: s[k] for k in ("env", "env_kwargs", "split", "episodes", "repeats", "seed", "max_steps",
-                             "invalid_penalty")},
+        **{k: s[k] for k in ("env", "env_kwargs", "split", "episodes", "repeats", "seed", "max_steps")},
         "tasks": [t.to_dict() for t in tasks],
         "agentrl_version": __version__,
     }
     agent = build_agent(cfg.agent, cfg)
+    if hasattr(agent, "settings"):  # the model agent: its own settings, resolved from the run
+        meta["agent_config"] = {**meta["agent_config"], "resolved": agent.settings.to_dict()}
+    play = agent.run if hasattr(agent, "run") else (lambda *a, **k: run_episodes(*a, agent, **k))
     try:
-        records = run_episodes(s["env"], tasks, agent, env_kwargs=s["env_kwargs"], num_envs=s["num_envs"],
-                               num_workers=s["num_workers"], max_steps=s["max_steps"],
-                               invalid_penalty=s["invalid_penalty"], step_timeout=s["step_timeout"],
-                               progress=bool(cfg.progress))
+        records = play(s["env"], tasks, env_kwargs=s["env_kwargs"], num_envs=s["num_envs"],
+                       num_workers=s["num_workers"], max_steps=s["max_steps"], step_timeout=s["step_timeout"],
+                       progress=bool(cfg.progress))
     except EvaluationError as exc:
         if exc.records:
             summarize(exc.records, meta={**meta, "stopped": str(exc)}, confidence=s["confidence"]).to_json(

@@ -2,9 +2,16 @@
 
 Each step sends one chat-completions request per live episode (concurrently, up to
 ``concurrency`` at once). The messages come from ``messages_fn(episode)``, the trainer's prompt
-builder by default, and the action is read from the reply by ``parse_fn(text)``, the trainer's
-parser: the model sees what it saw in training. A reply with no parseable action is sent to the
-env as it is and counted as invalid (as in training).
+builder (:class:`agentrl.rollout.PromptBuilder`) when built from a config, and the action is
+read from the reply by ``parse_fn(text)``, the trainer's parser (:class:`agentrl.rollout.
+ActionFormat`): the model sees what it saw in training. A reply with no parseable action sends
+an empty action to the env and counts as invalid, as in training.
+
+``constrain=True`` (vLLM servers) restricts each reply to the admissible actions written in the
+response template, through vLLM's ``structured_outputs={"choice": [...]}``: the endpoint
+counterpart of the trainer's constrained decoding. (vLLM's grammar admits every tokenisation of
+a choice, the trainer's trie only the canonical one; the set of texts is the same.) States whose
+actions are open or templated (``search[<your query>]``) are generated freely.
 
 Reproducibility: ``temperature`` defaults to 0 and every request carries a ``seed`` derived from
 the episode's agent seed and the step index, which vLLM honours for sampled decoding.
@@ -12,6 +19,7 @@ the episode's agent seed and the step index, which vLLM honours for sampled deco
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -23,6 +31,7 @@ from .tasks import derive_seed
 __all__ = ["EndpointAgent", "EndpointError"]
 
 Messages = list[dict[str, str]]
+_PLACEHOLDER = re.compile(r"<[^<>]*>")
 
 
 class EndpointError(RuntimeError):
@@ -43,6 +52,8 @@ class EndpointAgent:
         timeout: seconds per request; max_retries: the client's retries on connection errors,
             429 and 5xx replies (with back-off).
         extra_body: extra JSON fields for the server (e.g. vLLM's ``{"top_k": 20}``).
+        constrain: restrict replies to the admissible actions (vLLM's structured outputs),
+            each written with ``render_fn(action)`` (default: ``<action>{action}</action>``).
     """
 
     name = "endpoint"
@@ -62,6 +73,8 @@ class EndpointAgent:
         timeout: float = 60.0,
         max_retries: int = 2,
         extra_body: dict[str, Any] | None = None,
+        constrain: bool = False,
+        render_fn: Callable[[str], str] | None = None,
     ):
         from openai import OpenAI
 
@@ -75,13 +88,18 @@ class EndpointAgent:
         self.messages_fn, self.parse_fn = messages_fn, parse_fn
         self.temperature, self.top_p, self.max_tokens = float(temperature), float(top_p), int(max_tokens)
         self.extra_body = dict(extra_body or {})
+        self.constrain = bool(constrain)
+        self.render_fn = render_fn or (lambda action: f"<action>{action}</action>")
         self._client = OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries)
         self._executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="endpoint")
         self.requests = 0
 
-    def _complete(self, messages: Messages, seed: int) -> str:
+    def _complete(self, messages: Messages, seed: int, choices: list[str] | None) -> str:
         import openai
 
+        extra = dict(self.extra_body)
+        if choices:
+            extra["structured_outputs"] = {**extra.get("structured_outputs", {}), "choice": choices}
         try:
             reply = self._client.chat.completions.create(
                 model=self.model,
@@ -91,7 +109,7 @@ class EndpointAgent:
                 max_tokens=self.max_tokens,
                 seed=seed,
                 n=1,
-                extra_body=self.extra_body or None,
+                extra_body=extra or None,
             )
         except openai.APIConnectionError as exc:
             raise EndpointError(f"endpoint {self.base_url} unreachable: {exc}") from exc
@@ -101,15 +119,52 @@ class EndpointAgent:
             return ""
         return reply.choices[0].message.content or ""
 
+    def _choices(self, ep: Episode) -> list[str] | None:
+        actions = ep.admissible_actions
+        if not self.constrain or not actions or any(_PLACEHOLDER.search(a) for a in actions):
+            return None
+        return [self.render_fn(a) for a in actions]
+
     def act(self, episodes: Sequence[Episode], pool: EnvPool) -> list[Action | str]:
-        jobs = [(self.messages_fn(ep), derive_seed(ep.task.agent_seed, ep.steps)) for ep in episodes]
+        jobs = [(self.messages_fn(ep), derive_seed(ep.task.agent_seed, ep.steps), self._choices(ep)) for ep in episodes]
         texts = list(self._executor.map(lambda job: self._complete(*job), jobs))
         self.requests += len(texts)
         out: list[Action | str] = []
         for text in texts:
             action = self.parse_fn(text)
-            out.append(Action(action, text, True) if action is not None else Action(text, text, False))
+            out.append(Action(action, text, True) if action is not None else Action("", text, False))
         return out
+
+    @classmethod
+    def from_config(cls, agent_cfg: Any, cfg: Any = None) -> EndpointAgent:
+        """From ``configs/agent/endpoint.yaml``: prompts and parsing by the trainer's
+        :class:`~agentrl.rollout.PromptBuilder` and :class:`~agentrl.rollout.ActionFormat`, with
+        the settings of ``agent.prompt`` and ``agent.action_format``."""
+        from omegaconf import OmegaConf
+
+        from ..rollout import ActionFormat, PromptBuilder, PromptConfig, Turn
+
+        c = OmegaConf.to_container(agent_cfg, resolve=True) if not isinstance(agent_cfg, dict) else dict(agent_cfg)
+        prompt = PromptConfig(**(c.get("prompt") or {}))
+        fmt = ActionFormat(**(c.get("action_format") or {}))
+        builder = PromptBuilder(None, prompt)  # messages only: the server applies its chat template
+
+        def messages_fn(ep: Episode) -> Messages:
+            turns = [Turn(t.observation, t.response if t.response is not None else t.action) for t in ep.history]
+            k = prompt.history
+            turns = turns if k == -1 else (turns[-k:] if k > 0 else [])
+            return builder.messages(ep.instruction, turns, ep.observation, ep.admissible_actions)
+
+        for key in ("base_url", "model"):
+            if not c.get(key):
+                raise ValueError(f"agent=endpoint needs agent.{key}")
+        return cls(
+            c["base_url"], c["model"], messages_fn, lambda text: fmt.parse(text).action,
+            api_key=c.get("api_key") or "EMPTY", temperature=c.get("temperature", 0.0), top_p=c.get("top_p", 1.0),
+            max_tokens=c.get("max_tokens", 64), concurrency=c.get("concurrency", 16), timeout=c.get("timeout", 60.0),
+            max_retries=c.get("max_retries", 2), extra_body=c.get("extra_body"), constrain=c.get("constrain", False),
+            render_fn=fmt.render,
+        )
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)

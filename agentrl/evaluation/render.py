@@ -84,15 +84,26 @@ def table(report: Report, kind: str = "plain") -> Any:
     raise ValueError(f"table kind must be 'plain', 'markdown' or 'rich', got {kind!r}")
 
 
+def _needed_width(report: Report) -> int:
+    plain_width = max(len(line) for line in table(report, "plain").splitlines())
+    return plain_width + 3 * len(_headers_and_rows(report)[0]) + 1
+
+
 def print_report(report: Report, console: Any = None) -> None:
-    """Print with rich when it is installed (it is in the ``train`` extra), else plain text."""
+    """Print with rich when it is installed (it is in the ``train`` extra), else plain text.
+
+    A console narrower than the table (80 columns when output is not a terminal) is widened for
+    this table, writing to the same file, so no number is ever cut to ``1…``.
+    """
     try:
         from rich.console import Console
     except ImportError:
         print(table(report, "plain"), end="")
         return
+    need = _needed_width(report)
     if console is None:
-        plain_width = max(len(line) for line in table(report, "plain").splitlines())
-        ncols = len(_headers_and_rows(report)[0])
-        console = Console(width=max(Console().width, plain_width + 3 * ncols + 1))
+        console = Console(width=max(Console().width, need))
+    elif console.width < need:
+        console = Console(file=console.file, width=need, force_terminal=console.is_terminal,
+                          color_system=console.color_system, record=console.record)
     console.print(table(report, "rich"))

@@ -119,7 +119,6 @@ def run_episodes(
     num_envs: int = 8,
     num_workers: int = 0,
     max_steps: int | None = None,
-    invalid_penalty: float = 0.0,
     step_timeout: float | None = None,
     mp_context: str = "forkserver",
     progress: bool = False,
@@ -129,8 +128,9 @@ def run_episodes(
 
     Envs are ``envs.make(env, **env_kwargs)``, or ``env_fn()`` when given (a picklable factory,
     for envs outside the registry). ``max_steps`` caps each episode (it ends as truncated), on top of the env's own cap.
-    ``invalid_penalty`` is added to ``total_reward`` for every invalid or unparsed step, as the
-    trainer does (a non-finite env reward is left out of ``total_reward``). An exception from the agent (e.g. an unreachable endpoint) stops the run with
+    ``total_reward`` sums the env's rewards (as the trainer's rollout records them: the
+    invalid-action penalty is a training term of the credit module, not part of the return; a
+    non-finite env reward is left out). An exception from the agent (e.g. an unreachable endpoint) stops the run with
     :class:`EvaluationError`, which carries the episodes already finished.
     """
     if num_envs < 1:
@@ -218,7 +218,7 @@ def run_episodes(
             freed = []
             for slot, ep, act, res in zip(slots, episodes, actions, results):
                 valid = act.parsed and bool(res.info.get("action_valid", True))
-                reward = float(res.reward) + (0.0 if valid else invalid_penalty)
+                reward = float(res.reward)
                 ep.history.append(Turn(ep.observation, act.text, act.response, res.info, reward))
                 ep.steps += 1
                 ep.invalid += not valid

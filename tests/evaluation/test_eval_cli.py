@@ -36,7 +36,7 @@ def test_expert_scores_100_and_outputs_agree(tmp_path):
 def test_env_config_defaults_and_overrides(tmp_path):
     report = evaluate(cfg_with(tmp_path, "agent=random", "episodes=10", "max_steps=3", "seed=7"))
     meta = report.meta
-    assert (meta["max_steps"], meta["seed"], meta["invalid_penalty"], meta["episodes"]) == (3, 7, -0.1, 10)
+    assert (meta["max_steps"], meta["seed"], meta["episodes"]) == (3, 7, 10)
     assert all(r.steps <= 3 for r in report.records)
     ids = evaluate(cfg_with(tmp_path, "agent=random", "task_ids=[5,6,7]", "repeats=2")).records
     assert [r.task_id for r in ids] == ["5", "5", "6", "6", "7", "7"]

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import re
 import socket
 
 import pytest
 from chat_server import ChatServer
 from eval_envs import SMALL
 
+import envs
 from agentrl.evaluation import summarize
 from agentrl.evaluation.endpoint import EndpointAgent
 from agentrl.evaluation.runner import EvaluationError, run_episodes
@@ -17,18 +17,9 @@ from agentrl.evaluation.tasks import derive_seed, make_tasks
 SOK = "Sokoban-v0"
 
 
-def simple_messages(ep):
-    return [{"role": "system", "content": ep.instruction},
-            {"role": "user", "content": f"{ep.observation}\nActions: {', '.join(ep.admissible_actions)}"}]
-
-
-def simple_parse(text):
-    m = re.search(r"<action>(.*?)</action>", text)
-    return m.group(1).strip() if m else None
-
-
 def agent(url, model="test-model", **kw):
-    return EndpointAgent(url, model, simple_messages, simple_parse, **kw)
+    """The agent as `agent=endpoint` builds it: the trainer's prompt builder and parser."""
+    return EndpointAgent.from_config({"base_url": url, "model": model, **kw})
 
 
 def test_solver_behind_endpoint_wins_everything():
@@ -43,6 +34,39 @@ def test_solver_behind_endpoint_wins_everything():
     assert body["model"] == "test-model" and body["temperature"] == 0.0 and body["max_tokens"] == 16
     seeds = {req["seed"] for req in srv.requests}
     assert derive_seed(tasks[0].agent_seed, 0) in seeds and derive_seed(tasks[0].agent_seed, 1) in seeds
+
+
+def test_prompt_is_the_trainers_and_carries_history():
+    from agentrl.rollout import PromptBuilder, PromptConfig, Turn
+
+    tasks = make_tasks(SOK, SMALL, split="test", episodes=1)
+    with ChatServer() as srv:
+        srv.reply = lambda messages, body: "<action>left</action>"  # keeps the episode going
+        a = agent(srv.base_url, prompt={"history": 2})
+        (rec,) = run_episodes(SOK, tasks, a, env_kwargs=SMALL, max_steps=4)
+        a.close()
+    assert rec.steps == 4
+    roles = [[m["role"] for m in req["messages"]] for req in srv.requests]
+    assert roles[0] == ["system", "user"]
+    assert roles[1] == ["system", "user", "assistant", "user"]
+    assert roles[3] == ["system"] + ["user", "assistant"] * 2 + ["user"]  # only the last 2 pairs
+    env = envs.make(SOK, **SMALL)
+    obs0, info = env.reset(seed=tasks[0].seed, options={"task_id": tasks[0].task_id})
+    obs1, *_ = env.step("left")
+    want = PromptBuilder(None, PromptConfig(history=2)).messages(
+        info["instruction"], [Turn(obs0, "<action>left</action>")], obs1, info["admissible_actions"])
+    assert srv.requests[1]["messages"] == want
+
+
+def test_constrained_replies_list_the_admissible_actions():
+    tasks = make_tasks(SOK, SMALL, split="test", episodes=2)
+    with ChatServer() as srv:
+        a = agent(srv.base_url, constrain=True, extra_body={"top_k": 5})
+        run_episodes(SOK, tasks, a, env_kwargs=SMALL)
+        a.close()
+    body = srv.requests[0]
+    assert body["structured_outputs"] == {"choice": [f"<action>{x}</action>" for x in ("up", "down", "left", "right")]}
+    assert body["top_k"] == 5
 
 
 def test_unparseable_replies_count_as_invalid():
@@ -90,3 +114,8 @@ def test_unreachable_endpoint_is_a_clear_error():
 def test_bad_settings(kw, match):
     with pytest.raises(ValueError, match=match):
         agent("http://127.0.0.1:1/v1", **kw)
+
+
+def test_config_needs_a_model():
+    with pytest.raises(ValueError, match="agent.model"):
+        EndpointAgent.from_config({"base_url": "http://127.0.0.1:1/v1", "model": None})

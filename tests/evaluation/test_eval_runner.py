@@ -72,7 +72,7 @@ def test_expert_solves_every_task():
         assert r.steps == info["optimal_steps"]
 
 
-def _replay_random(task: EvalTask, max_steps: int, penalty: float):
+def _replay_random(task: EvalTask, max_steps: int):
     """The random agent's episode recomputed by hand: uniform over the admissible actions with
     a generator seeded by the task's agent seed."""
     env = envs.make(SOK, **SMALL)
@@ -83,16 +83,16 @@ def _replay_random(task: EvalTask, max_steps: int, penalty: float):
         acts = info["admissible_actions"]
         _, reward, term, trunc, info = env.step(acts[int(rng.integers(len(acts)))])
         steps += 1
-        total += reward + (0.0 if info["action_valid"] else penalty)
+        total += reward
         if term or trunc or steps >= max_steps:
             return info["won"], steps, total, trunc or (steps >= max_steps and not term)
 
 
 def test_random_agent_matches_hand_replay():
     tasks = make_tasks(SOK, SMALL, split="test", episodes=12, seed=5)
-    recs = run_episodes(SOK, tasks, RandomAgent(), env_kwargs=SMALL, num_envs=4, max_steps=6, invalid_penalty=-0.5)
+    recs = run_episodes(SOK, tasks, RandomAgent(), env_kwargs=SMALL, num_envs=4, max_steps=6)
     for t, r in zip(tasks, recs):
-        won, steps, total, trunc = _replay_random(t, 6, -0.5)
+        won, steps, total, trunc = _replay_random(t, 6)
         assert (r.won, r.steps, r.truncated) == (won, steps, trunc and not won)
         assert r.total_reward == pytest.approx(total)
         assert r.steps <= 6 and r.seed == t.seed and r.agent_seed == t.agent_seed
@@ -128,10 +128,10 @@ class Scripted:
 
 def test_invalid_and_unparsed_steps_are_counted():
     tasks = make_tasks(SOK, SMALL, split="test", episodes=3)
-    recs = run_episodes(SOK, tasks, Scripted(["jump"]), env_kwargs=SMALL, max_steps=4, invalid_penalty=-1.0)
+    recs = run_episodes(SOK, tasks, Scripted(["jump"]), env_kwargs=SMALL, max_steps=4)
     for r in recs:
         assert (r.steps, r.invalid_actions, r.truncated, r.won) == (4, 4, True, False)
-        assert r.total_reward == pytest.approx(4 * (-0.1 - 1.0))
+        assert r.total_reward == pytest.approx(4 * -0.1)  # the env's step penalty only
     # "left" then "right" are valid moves for the env, but flagged unparsed by the agent.
     unparsed = Scripted([Action("left", "<garbage>", parsed=False), Action("right", "ok")])
     recs = run_episodes(SOK, tasks, unparsed, env_kwargs=SMALL, max_steps=4)

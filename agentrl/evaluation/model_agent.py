@@ -1,0 +1,240 @@
+"""The ``model`` agent: a trained checkpoint or any local model, played by the trainer's own loop.
+
+Episodes run through :func:`agentrl.rollout.run_episodes` (the loop training uses: the same
+prompt builder, chat template, generation backend, constrained decoding and action parser), in
+chunks of ``num_envs`` tasks, so a checkpoint is evaluated exactly as training evaluates it.
+
+``agent.path`` may be:
+
+- a training run folder (with ``config.yaml`` and ``checkpoints/final``), or its
+  ``checkpoints/final``: the model is that folder, and the prompt, action format, token limits,
+  constrained decoding and backend settings are the run's own (``rollout`` and ``model`` of its
+  ``config.yaml``);
+- ``tiny`` / ``smollm2-135m`` (the built-in models, settings from ``configs/model/<name>.yaml``)
+  or any local Hugging Face folder (settings from ``configs/model/path.yaml``).
+
+Keys of ``agent.prompt`` / ``agent.action`` / ``agent.backend_options`` override those settings.
+Sampling is greedy by default; with ``temperature > 0`` chunk ``c`` samples with the seed
+``derive_seed(seed, c)`` (the backend seeds request ``i`` from it), so a rerun with the same
+``num_envs`` is identical.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .records import EpisodeRecord
+from .runner import EvaluationError, _progress
+from .tasks import EvalTask, derive_seed
+
+__all__ = ["ModelAgent", "ModelSettings", "record_from_rollout", "resolve_model_settings"]
+
+_PROMPT_KEYS = ("instruction", "history", "admissible_actions", "observation_prefix", "history_prefix",
+                "actions_prefix", "response_hint", "system_role", "max_prompt_tokens")
+_ACTION_KEYS = ("pattern", "template", "think", "require_think", "max_action_chars")
+
+
+def record_from_rollout(ep: Any, env: str, *, seed: int | None = None, agent_seed: int | None = None) -> EpisodeRecord:
+    """An :class:`EpisodeRecord` from an :class:`agentrl.rollout.EpisodeResult` (the trainer's
+    held-out evaluation turns its episodes into records with this)."""
+    return EpisodeRecord(
+        env=env, task_id=str(ep.task_id), category=str(ep.category or "default"), won=bool(ep.won),
+        score=float(ep.score), steps=len(ep.steps), invalid_actions=int(ep.invalid_actions),
+        truncated=bool(ep.truncated), total_reward=float(ep.total_reward),
+        seed=seed if seed is not None else ep.seed, agent_seed=agent_seed, error=ep.error,
+    )
+
+
+@dataclass
+class ModelSettings:
+    """Everything the model agent needs, resolved from ``agent.*`` and the run's config."""
+
+    model: str  # a folder, or a built-in name for agentrl.models.load_model
+    source: str  # where the settings came from (for the results' meta)
+    backend: str = "hf"
+    prompt: dict[str, Any] = field(default_factory=dict)
+    action: dict[str, Any] = field(default_factory=dict)
+    max_new_tokens: int = 64
+    constrained: bool = False
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    dtype: str = "float32"
+    device: str = "auto"
+    tiny: dict[str, Any] | None = None
+    backend_options: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items()}
+
+
+def _yaml(name: str) -> dict[str, Any]:
+    """A file of the packaged configs, as a plain dict (its ``defaults`` list dropped)."""
+    from omegaconf import OmegaConf
+
+    text = resources.files("agentrl.configs").joinpath(name).read_text()
+    data = OmegaConf.to_container(OmegaConf.create(text), resolve=False) or {}
+    data.pop("defaults", None)
+    return data
+
+
+def _plain(d: Mapping[str, Any] | None, keys: Sequence[str]) -> dict[str, Any]:
+    return {k: d[k] for k in keys if d is not None and k in d and not (isinstance(d[k], str) and "${" in d[k])}
+
+
+def _run_dir(path: Path) -> Path | None:
+    """The training run folder ``path`` belongs to, if any."""
+    for cand in (path, path.parent.parent):
+        if (cand / "config.yaml").is_file() and (cand / "checkpoints" / "final").is_dir():
+            return cand
+    return None
+
+
+def resolve_model_settings(agent_cfg: Mapping[str, Any]) -> ModelSettings:
+    """Settings for ``agent=model`` (see the module docstring for the precedence)."""
+    from omegaconf import OmegaConf
+
+    raw = agent_cfg.get("path")
+    if not raw:
+        raise ValueError("agent=model needs agent.path (a training run folder, a model folder, tiny or smollm2-135m)")
+    path = Path(str(raw)).expanduser()
+    run = _run_dir(path) if path.exists() else None
+    if run is not None:
+        run_cfg = OmegaConf.load(run / "config.yaml")
+        try:
+            rollout = OmegaConf.to_container(run_cfg.rollout, resolve=True)
+            model = OmegaConf.to_container(run_cfg.model, resolve=True)
+        except Exception as exc:
+            raise ValueError(f"{run / 'config.yaml'}: cannot read its rollout/model settings ({exc})") from exc
+        s = ModelSettings(model=str(run / "checkpoints" / "final"), source=str(run), backend=str(rollout.get("backend", "hf")),
+                          prompt=_plain(rollout.get("prompt"), _PROMPT_KEYS), action=_plain(rollout.get("action"), _ACTION_KEYS),
+                          max_new_tokens=int(rollout.get("max_new_tokens", 64)), constrained=bool(rollout.get("constrained", False)),
+                          dtype=str(model.get("dtype", "float32")),
+                          backend_options={k: v for k, v in rollout.items() if k not in ("prompt", "action")})
+    else:
+        name = str(raw)
+        preset = {"tiny": "model/tiny.yaml", "smollm2-135m": "model/smollm2-135m.yaml"}.get(name, "model/path.yaml")
+        m = _yaml(preset)
+        prompt = {**_plain(_yaml("rollout/hf.yaml").get("prompt"), _PROMPT_KEYS), **_plain(m.get("prompt"), _PROMPT_KEYS)}
+        prompt.setdefault("max_prompt_tokens", int(m.get("max_prompt_tokens", 2048)))
+        if name not in ("tiny", "smollm2-135m") and not path.exists():
+            raise ValueError(f"agent.path={name!r}: no such folder (give a training run, a model folder, tiny or smollm2-135m)")
+        s = ModelSettings(model=name, source=preset, prompt=prompt, action=_plain(_yaml("rollout/hf.yaml").get("action"), _ACTION_KEYS),
+                          max_new_tokens=int(m.get("max_new_tokens", 64)), constrained=bool(m.get("constrained", False)),
+                          dtype=str(m.get("dtype", "float32")), tiny=m.get("tiny"))
+    if agent_cfg.get("backend"):
+        s.backend = str(agent_cfg["backend"])
+    if s.backend not in ("hf", "vllm"):
+        raise ValueError(f"agent.backend must be hf or vllm, got {s.backend!r}")
+    if s.backend == "vllm":
+        s.backend_options = {**_yaml("rollout/vllm.yaml"), **s.backend_options}
+    s.backend_options = {**s.backend_options, **dict(agent_cfg.get("backend_options") or {}), "backend": s.backend}
+    s.prompt.update(dict(agent_cfg.get("prompt") or {}))
+    s.action.update(dict(agent_cfg.get("action") or {}))
+    for key in ("max_new_tokens", "constrained", "temperature", "top_p", "top_k", "dtype", "device"):
+        if agent_cfg.get(key) is not None:
+            setattr(s, key, type(getattr(s, key))(agent_cfg[key]))
+    return s
+
+
+class ModelAgent:
+    """A model played by the trainer's rollout loop (not a per-step :class:`Agent`: the loop owns
+    prompting, generation and parsing). Build with :meth:`from_config`, then :meth:`run`."""
+
+    name = "model"
+
+    def __init__(self, settings: ModelSettings, seed: int = 0):
+        from ..backends import make_backend
+        from ..rollout import ActionFormat, PromptBuilder, PromptConfig
+
+        self.settings, self.seed = settings, int(seed)
+        device = settings.device
+        if device == "auto":
+            import torch
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if settings.backend == "hf":
+            from ..models import load_model
+
+            model, tok, path = load_model(settings.model, tiny=settings.tiny, dtype=settings.dtype, device=device)
+            model.eval()
+        else:  # vLLM loads the weights itself; only the tokenizer is needed here
+            from transformers import AutoTokenizer
+
+            from ..models import resolve_model_path
+
+            path = resolve_model_path(settings.model, settings.tiny)
+            model, tok = None, AutoTokenizer.from_pretrained(path)
+            if tok.pad_token_id is None:
+                tok.pad_token = tok.eos_token
+        self.model_path, self.tokenizer = path, tok
+        self.backend = make_backend(settings.backend_options, model, tok, model_path=path, seed=self.seed)
+        self.builder = PromptBuilder(tok, PromptConfig(**settings.prompt))
+        self.fmt = ActionFormat(**settings.action)
+
+    @classmethod
+    def from_config(cls, agent_cfg: Any, cfg: Any = None) -> ModelAgent:
+        from omegaconf import OmegaConf
+
+        c = OmegaConf.to_container(agent_cfg, resolve=True) if not isinstance(agent_cfg, dict) else dict(agent_cfg)
+        seed = int(cfg.seed) if cfg is not None and "seed" in cfg else 0
+        return cls(resolve_model_settings(c), seed=seed)
+
+    def run(
+        self,
+        env: str,
+        tasks: Sequence[EvalTask],
+        *,
+        env_kwargs: Mapping[str, Any] | None = None,
+        num_envs: int = 8,
+        num_workers: int = 0,
+        max_steps: int | None = None,
+        step_timeout: float | None = None,
+        progress: bool = False,
+    ) -> list[EpisodeRecord]:
+        """Play every task once, ``num_envs`` at a time; records in task order."""
+        from ..backends import SamplingParams
+        from ..pool import EnvPool, EnvSpec
+        from ..rollout import ResetSpec, run_episodes
+
+        if max_steps is None or max_steps < 1:
+            raise ValueError(f"agent=model needs a step cap (max_steps >= 1), got {max_steps}")
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        tasks = list(tasks)
+        if not tasks:
+            return []
+        s = self.settings
+        n = min(num_envs, len(tasks))
+        pool = EnvPool([EnvSpec(env, dict(env_kwargs or {}))] * n, num_workers=min(num_workers, n), step_timeout=step_timeout)
+        bar, bar_task = _progress(len(tasks), progress, f"model on {env}")
+        records: list[EpisodeRecord] = []
+        try:
+            if bar is not None:
+                bar.start()
+            for start in range(0, len(tasks), n):
+                chunk = tasks[start : start + n]
+                resets = [ResetSpec(t.index, seed=t.reset_args()[0], options=t.reset_args()[1]) for t in chunk]
+                seed = derive_seed(self.seed, start)
+                sampling = SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
+                                          top_k=s.top_k, stop_token_ids=(int(self.tokenizer.eos_token_id),), seed=seed)
+                try:
+                    eps = run_episodes(pool, self.backend, self.builder, self.fmt, resets, sampling, max_steps=int(max_steps),
+                                       constrained=s.constrained)
+                except Exception as exc:
+                    raise EvaluationError(f"model agent failed on {env}: {type(exc).__name__}: {exc}", records) from exc
+                records += [record_from_rollout(ep, env, seed=t.seed, agent_seed=seed) for ep, t in zip(eps, chunk)]
+                if bar is not None:
+                    bar.update(bar_task, advance=len(chunk), status=f"success {sum(r.won for r in records)}/{len(records)}")
+        finally:
+            if bar is not None:
+                bar.stop()
+            pool.close()
+        return records
+
+    def close(self) -> None:
+        self.backend.close()
