@@ -10,7 +10,8 @@ an empty action to the env and counts as invalid, as in training.
 ``constrain=True`` (vLLM servers) restricts each reply to the admissible actions written in the
 response template, through vLLM's ``structured_outputs={"choice": [...]}``: the endpoint
 counterpart of the trainer's constrained decoding. (vLLM's grammar admits every tokenisation of
-a choice, the trainer's trie only the canonical one; the set of texts is the same.) States whose
+a choice, the trainer's trie only the canonical one; the set of texts is the same, but a reply
+may take up to one token per character: leave ``max_tokens`` that much room.) States whose
 actions are open or templated (``search[<your query>]``) are generated freely.
 
 Reproducibility: ``temperature`` defaults to 0 and every request carries a ``seed`` derived from
