@@ -51,23 +51,30 @@ def _leaders_one_group(X: np.ndarray, norms: np.ndarray, radius: float) -> np.nd
     The sequential rule (a row joins the first earlier leader within the radius, else leads) is
     evaluated block by block: the first B unassigned rows are the next leader candidates, their
     similarities to every unassigned row come from one matrix product, and the candidates are
-    then resolved in order. B adapts to how many candidates turn out to be leaders.
+    then resolved in order. B adapts to how many candidates turn out to be leaders. Assigned rows
+    are dropped from the working copy once they are half of it, so the products shrink with it.
     """
     m = len(X)
     label = np.full(m, -1, dtype=np.int64)
     thresh = 1.0 - radius
     k = 0
     block = 8
+    work, work_norm = X, norms  # rows still in play (a view at first, compacted copies later)
+    idx = np.arange(m)  # row of X for each row of `work`
     while True:
-        rem = np.flatnonzero(label < 0)
-        if not len(rem):
+        live = np.flatnonzero(label[idx] < 0)  # positions in `work` still unassigned
+        if not len(live):
             return label
-        cand = rem[:block]
-        # All rows against the candidates (no copy of X; assigned rows are simply dropped).
-        sims = (X @ X[cand].T)[rem]
-        sims /= norms[rem, None] * norms[None, cand]
+        if 2 * len(live) < len(idx):
+            work, work_norm, idx = work[live], work_norm[live], idx[live]
+            live = np.arange(len(idx))
+        cand = live[:block]
+        sims = work @ work[cand].T  # at most twice the unassigned rows: no copy of them
+        if len(live) < len(idx):
+            sims = sims[live]
+        sims /= work_norm[live, None] * work_norm[None, cand]
         close = sims >= thresh
-        taken = np.zeros(len(rem), dtype=bool)
+        taken = np.zeros(len(live), dtype=bool)
         leaders = 0
         for ci in range(len(cand)):
             if taken[ci]:
@@ -75,7 +82,7 @@ def _leaders_one_group(X: np.ndarray, norms: np.ndarray, radius: float) -> np.nd
             claim = close[:, ci] & ~taken
             claim[ci] = True  # a leader is in its own cluster (even a zero vector)
             taken |= claim
-            label[rem[claim]] = k
+            label[idx[live[claim]]] = k
             k += 1
             leaders += 1
         block = min(256, block * 2) if leaders * 2 > len(cand) else max(4, block // 2)
