@@ -82,7 +82,7 @@ def plot_bars(
         ticks = []
         for cat in cats[env]:
             ns = {rep.get(env, cat).episodes for rep in reports if _has(rep, env, cat)}
-            ticks.append(f"{cat}\nn={ns.pop()}" if len(ns) == 1 else cat)
+            ticks.append(f"{_wrap(cat)}\nn={ns.pop()}" if len(ns) == 1 else _wrap(cat))
         ax.set_xticks(xs, ticks, fontsize=8)
         ax.set_ylim(0, 115)
         ax.set_yticks(range(0, 101, 20))
@@ -100,6 +100,21 @@ def plot_bars(
     if path is not None:
         _save(fig, path)
     return fig
+
+
+def _wrap(label: str, width: int = 14) -> str:
+    """Long snake_case category names (ALFWorld's task types) over several lines."""
+    if len(label) <= width or "_" not in label:
+        return label
+    lines, cur = [], ""
+    for part in label.split("_"):
+        piece = part if not cur else "_" + part
+        if cur and len(cur) + len(piece) > width:
+            lines.append(cur + "_")
+            cur = part
+        else:
+            cur += piece
+    return "\n".join(lines + [cur])
 
 
 def _has(rep: Report, env: str, cat: str) -> bool:

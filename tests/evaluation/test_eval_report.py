@@ -194,3 +194,12 @@ def test_groups_partition_the_records(recs):
             assert 0 <= g.invalid_action_rate <= 1
     assert r.overall.episodes == len(recs)
     assert Report.from_dict(json.loads(r.to_json())) == r
+
+
+@pytest.mark.parametrize("label", ["pick_clean_then_place_in_recep", "look_at_obj_in_light", "6x6-1box", "a_b"])
+def test_long_tick_labels_wrap_without_losing_text(label):
+    from agentrl.evaluation.charts import _wrap
+
+    wrapped = _wrap(label)
+    assert wrapped.replace("\n", "") == label
+    assert all(len(line) <= 15 for line in wrapped.splitlines()) or "\n" not in wrapped
