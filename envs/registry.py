@@ -23,6 +23,8 @@ BUILTIN: dict[str, str] = {
     "Sokoban-v0": "envs.sokoban:SokobanEnv",
     "FrozenLake-v0": "envs.adapter:make_frozen_lake",
     "WebShop-v0": "envs.webshop:WebShopEnv",
+    "ALFWorld-v0": "envs.alfworld.env:ALFWorldEnv",
+    "TextWorld-v0": "envs.textworld.env:TextWorldEnv",
 }
 
 _plugins_loaded = False

@@ -1,0 +1,254 @@
+"""Where ALFWorld games come from: the official data layout, or generated games in a cache.
+
+Official layout (``alfworld-download``, or ``python -m envs.alfworld.generate``)::
+
+    DATA/json_2.1.1/{train,valid_seen,valid_unseen}/<task_type>-<Obj>-<Mrecep>-<Recep>-<scene>/
+        <trial>/traj_data.json + game.tw-pddl
+
+:class:`OfficialGames` lists a split the way alfworld's ``AlfredTWEnv.collect_game_files`` does
+(directories holding ``traj_data.json`` next to a ``game.tw-pddl`` marked solvable; movable and
+sliced tasks skipped; the task-type filter applied), but in a fixed, listed order: task types
+interleaved (Pick, Look, Clean, Heat, Cool, Pick2, Pick, ...), each type in path order, so any
+prefix of a split is balanced across task types. Task ids are the trial paths relative to
+``json_2.1.1`` (``valid_seen/pick_heat_then_place_in_recep-Apple-None-Fridge-7/trial_T2019...``).
+
+:class:`GeneratedGames` serves generated games from a cache directory, generating each game the
+first time it is asked for (deterministic for the seed, so concurrent workers agree); task ids are
+``<split>/<task_type>/<k>``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .engine import GameFileError
+from .generate import GENERATOR_VERSION, JSON_DIR, Generator, find_trial
+from .tasks import SPLITS, TASK_TYPES
+
+__all__ = [
+    "DATA_HINT",
+    "GameRef",
+    "GeneratedGames",
+    "OfficialGames",
+    "default_cache_dir",
+    "find_json_root",
+    "read_traj",
+]
+
+DATA_HINT = (
+    "Get the official games with `alfworld-download` (needs internet; they land in $ALFWORLD_DATA, "
+    "default ~/.cache/alfworld) and pass data_dir=$ALFWORLD_DATA, or generate games offline with "
+    "`python -m envs.alfworld.generate --out DIR --per-type N` and pass data_dir=DIR, or leave "
+    "data_dir unset to use generated games from the cache."
+)
+_SOLVABLE = re.compile(r'"solvable"\s*:\s*(true|false|null)')
+
+
+def default_cache_dir() -> Path:
+    """``$AGENTRL_CACHE_DIR/alfworld``, else ``$XDG_CACHE_HOME/agentrl/alfworld`` (``~/.cache``)."""
+    if os.environ.get("AGENTRL_CACHE_DIR"):
+        return Path(os.environ["AGENTRL_CACHE_DIR"]).expanduser() / "alfworld"
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "agentrl" / "alfworld"
+
+
+@dataclass(frozen=True)
+class GameRef:
+    """One game: its id, split, task type and files."""
+
+    task_id: str
+    split: str
+    task_type: str
+    trial_dir: Path
+
+    @property
+    def game_file(self) -> Path:
+        return self.trial_dir / "game.tw-pddl"
+
+    @property
+    def traj_file(self) -> Path:
+        return self.trial_dir / "traj_data.json"
+
+
+def read_traj(path: Path) -> dict[str, Any]:
+    """Read ``traj_data.json``; errors name the file."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise GameFileError(f"{path}: traj_data.json not found") from None
+    except json.JSONDecodeError as exc:
+        raise GameFileError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(data, dict) or data.get("task_type") not in TASK_TYPES.values():
+        got = data.get("task_type") if isinstance(data, dict) else type(data).__name__
+        raise GameFileError(
+            f"{path}: 'task_type' must be one of {list(TASK_TYPES.values())}, got {got!r}"
+        )
+    if not isinstance(data.get("pddl_params"), dict):
+        raise GameFileError(f"{path}: missing 'pddl_params' (object_target, parent_target, ...)")
+    return data
+
+
+def find_json_root(data_dir: str | Path) -> Path:
+    """The ``json_2.1.1`` directory under ``data_dir`` (or ``data_dir`` itself if it holds splits)."""
+    d = Path(os.path.expandvars(os.path.expanduser(str(data_dir))))
+    if not d.is_dir():
+        raise FileNotFoundError(f"ALFWorld data directory {d} does not exist. {DATA_HINT}")
+    for cand in (d / JSON_DIR, d):
+        if any((cand / s).is_dir() for s in SPLITS):
+            return cand
+    raise FileNotFoundError(
+        f"{d} holds no ALFWorld games (expected {JSON_DIR}/{{train,valid_seen,valid_unseen}}/ "
+        f"inside it). {DATA_HINT}"
+    )
+
+
+def _interleave(by_type: dict[str, list[Any]], types: tuple[str, ...]) -> list[Any]:
+    out, i = [], 0
+    lists = [by_type.get(t, []) for t in types]
+    while any(i < len(x) for x in lists):
+        out += [x[i] for x in lists if i < len(x)]
+        i += 1
+    return out
+
+
+def _task_type_of(trial: Path) -> str | None:
+    prefix = trial.parent.name.split("-", 1)[0]
+    return prefix if prefix in TASK_TYPES.values() else None
+
+
+class OfficialGames:
+    """Games in the official layout under ``data_dir`` (see the module docstring)."""
+
+    def __init__(self, data_dir: str | Path, task_types: tuple[str, ...]):
+        self.root = find_json_root(data_dir)
+        self.task_types = task_types
+        self._lists: dict[str, list[GameRef]] = {}
+        self.skipped: dict[str, list[str]] = {}
+
+    def games(self, split: str) -> list[GameRef]:
+        if split not in SPLITS:
+            raise ValueError(f"unknown ALFWorld split {split!r}; expected one of {SPLITS}")
+        if split not in self._lists:
+            self._lists[split] = self._scan(split)
+        return self._lists[split]
+
+    def _scan(self, split: str) -> list[GameRef]:
+        split_dir = self.root / split
+        if not split_dir.is_dir():
+            raise FileNotFoundError(
+                f"split {split!r} missing: {split_dir} is not a directory. {DATA_HINT}"
+            )
+        by_type: dict[str, list[GameRef]] = {}
+        skipped: list[str] = []
+        for traj in sorted(split_dir.rglob("traj_data.json")):
+            trial = traj.parent
+            rel = trial.relative_to(self.root).as_posix()
+            if "movable" in rel or "Sliced" in rel:
+                continue  # alfworld skips these too
+            task_type = _task_type_of(trial) or read_traj(traj)["task_type"]
+            if task_type not in self.task_types:
+                continue
+            game = trial / "game.tw-pddl"
+            if not game.is_file():
+                skipped.append(f"{rel}: no game.tw-pddl")
+                continue
+            m = _SOLVABLE.search(game.read_text(errors="replace"))
+            if m is not None and m.group(1) != "true":
+                skipped.append(f"{rel}: solvable={m.group(1)}")
+                continue
+            by_type.setdefault(task_type, []).append(GameRef(rel, split, task_type, trial))
+        self.skipped[split] = skipped
+        return _interleave(by_type, self.task_types)
+
+    def get(self, task_id: str) -> GameRef:
+        """The game of ``task_id`` (a trial path relative to json_2.1.1)."""
+        rel = Path(str(task_id))
+        if (
+            rel.is_absolute()
+            or ".." in rel.parts
+            or len(rel.parts) < 2
+            or rel.parts[0] not in SPLITS
+        ):
+            raise ValueError(
+                f"bad ALFWorld task id {task_id!r}: expected '<split>/<task dir>/<trial>'"
+            )
+        trial = self.root / rel
+        if not (trial / "traj_data.json").is_file():
+            raise GameFileError(f"{trial}: no traj_data.json (task id {task_id!r})")
+        task_type = _task_type_of(trial) or read_traj(trial / "traj_data.json")["task_type"]
+        return GameRef(rel.as_posix(), rel.parts[0], task_type, trial)
+
+
+class GeneratedGames:
+    """Generated games, made on first use and cached (see the module docstring)."""
+
+    def __init__(
+        self,
+        task_types: tuple[str, ...],
+        per_type: dict[str, int],
+        seed: int = 0,
+        cache_dir: str | Path | None = None,
+        max_plan_steps: int = 30,
+    ):
+        base = (
+            Path(os.path.expandvars(str(cache_dir))).expanduser()
+            if cache_dir
+            else default_cache_dir()
+        )
+        self.out = base / f"generated-v{GENERATOR_VERSION}-seed{seed}-plan{max_plan_steps}"
+        self.root = self.out / JSON_DIR
+        self.task_types = task_types
+        self.per_type = {s: int(per_type.get(s, 0)) for s in SPLITS}
+        for s, n in self.per_type.items():
+            if n < 0:
+                raise ValueError(f"generated games per type must be >= 0, got {n} for {s}")
+        self.seed = int(seed)
+        self.max_plan_steps = int(max_plan_steps)
+        self._gen: Generator | None = None
+
+    def games(self, split: str) -> list[GameRef]:
+        if split not in SPLITS:
+            raise ValueError(f"unknown ALFWorld split {split!r}; expected one of {SPLITS}")
+        n = self.per_type[split]
+        by_type = {t: [self._ref(split, t, k) for k in range(n)] for t in self.task_types}
+        return _interleave(by_type, self.task_types)
+
+    def _ref(self, split: str, task_type: str, k: int) -> GameRef:
+        # The trial dir is resolved (and generated if needed) only when the game is loaded.
+        return GameRef(f"{split}/{task_type}/{k}", split, task_type, Path())
+
+    def get(self, task_id: str) -> GameRef:
+        parts = str(task_id).split("/")
+        ok = (
+            len(parts) == 3
+            and parts[0] in SPLITS
+            and parts[1] in self.task_types
+            and parts[2].isdigit()
+        )
+        if not ok:
+            raise ValueError(
+                f"bad generated ALFWorld task id {task_id!r}: expected '<split>/<task_type>/<k>' with "
+                f"split in {SPLITS} and task type in {list(self.task_types)}"
+            )
+        return self._ref(parts[0], parts[1], int(parts[2]))
+
+    def resolve(self, ref: GameRef) -> GameRef:
+        """The game's trial directory, generating the game first if it is not in the cache."""
+        split, task_type, k = ref.split, ref.task_type, int(ref.task_id.rsplit("/", 1)[1])
+        trial = find_trial(self.root / split, task_type, self.seed, k)
+        if trial is None:
+            if self._gen is None:
+                self._gen = Generator(self.max_plan_steps)
+            spec, plan = self._gen.make(task_type, split, self.seed, k)
+            trial = self._gen.write(spec, plan, self.root / split, self.seed, k, split)
+        return GameRef(ref.task_id, split, task_type, trial)
+
+    def close(self) -> None:
+        if self._gen is not None:
+            self._gen.close()
+            self._gen = None

@@ -1,0 +1,234 @@
+"""``agentrl/ALFWorld-v0``: ALFWorld's text games on the real ``alfworld``/TextWorld engine."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..base import TextEnv, make_info
+from .data import GameRef, GeneratedGames, OfficialGames, read_traj
+from .engine import Engine, read_game
+from .oracle import next_command
+from .tasks import SHORT_NAMES, SPLITS, parse_task_types
+from .world import MILESTONES, Task, facts_of, milestones, read_state, read_statics, state_key
+
+__all__ = ["ALFWorldEnv", "DEFAULT_GENERATED"]
+
+#: Generated games per task type and split when no data directory is given.
+DEFAULT_GENERATED: dict[str, int] = {"train": 100, "valid_seen": 20, "valid_unseen": 20}
+_BANNER = "-= Welcome to TextWorld, ALFRED! =-"
+_TASK_MARK = "Your task is to: "
+_SPACES = re.compile(r"\s+")
+_MAX_COMMAND = 512
+NOTHING = "Nothing happens."
+EXPERTS = ("oracle", "planner")
+
+
+class ALFWorldEnv(TextEnv):
+    """ALFWorld (Shridhar et al., 2021) text games, played on the ``alfworld`` package's engine.
+
+    - Data: ``data_dir`` in the official layout (``$ALFWORLD_DATA``, or a directory written by
+      ``python -m envs.alfworld.generate``); unset, generated games from the cache
+      (``cache_dir``, default ``~/.cache/agentrl/alfworld``), made on first use: ``generated``
+      gives games per task type and split (``{"train": 100, "valid_seen": 20,
+      "valid_unseen": 20}``) and ``generator_seed`` the seed.
+    - Tasks: ``reset(seed=s)`` plays training game ``s mod n`` of ``task_ids(train_split)``;
+      ``reset(options={"task_id": id})`` plays that game. ``task_ids(split, limit)``: the fixed
+      order of a split (task types interleaved). ``task_types`` filters (1-6, names or Pick, Look,
+      Clean, Heat, Cool, Pick2).
+    - Observation: the engine's feedback; on reset, the intro without the TextWorld banner
+      ("You are in the middle of a room... Your task is to: ..."). ``instruction``: the task text
+      of the intro. ``admissible_actions``: the engine's admissible commands without ``help``.
+    - Actions: a command, matched after lower-casing and collapsing spaces. One the engine does
+      not admit gives its "Nothing happens." with ``action_valid=False`` and the state unchanged
+      (``help`` is admitted, as in the engine, though not listed).
+    - Reward ``win_reward`` (10) when the task is won, else 0; the episode terminates when won
+      and is truncated after ``max_steps`` (50) steps.
+    - ``category``: the task type; ``info["category_short"]`` its short name (Heat, ...).
+    - ``state_key``: digest of the engine's true state facts (agent location, held object,
+      every object's receptacle, open receptacles, hot/cool/clean/on/toggled/sliced flags).
+    - ``milestones``: sub-goals reached so far (``found``, ``picked``, ``heated``, ...,
+      ``placed``; see ``world.MILESTONES``); ``score`` = fraction reached (1 when won).
+    - ``expert_action()``: ``expert="oracle"`` (default) the full-knowledge expert of
+      ``oracle.py``; ``"planner"``: Fast Downward's replanner (exact; slow on big kitchens).
+    """
+
+    def __init__(
+        self,
+        data_dir: str | None = None,
+        task_types: Any = None,
+        max_steps: int = 50,
+        win_reward: float = 10.0,
+        train_split: str = "train",
+        generated: dict[str, int] | None = None,
+        generator_seed: int = 0,
+        cache_dir: str | None = None,
+        expert: str = "oracle",
+        render_mode: str | None = None,
+    ):
+        super().__init__(render_mode, max_text_length=16_384)
+        if int(max_steps) < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        if train_split not in SPLITS:
+            raise ValueError(f"train_split must be one of {SPLITS}, got {train_split!r}")
+        if expert not in EXPERTS:
+            raise ValueError(f"expert must be one of {EXPERTS}, got {expert!r}")
+        self.max_steps = int(max_steps)
+        self.win_reward = float(win_reward)
+        self.train_split = train_split
+        self.expert = expert
+        self.task_types = parse_task_types(task_types)
+        if data_dir is not None and str(data_dir).strip():
+            self.games: OfficialGames | GeneratedGames = OfficialGames(data_dir, self.task_types)
+        else:
+            counts = dict(DEFAULT_GENERATED if generated is None else generated)
+            unknown = set(counts) - set(SPLITS)
+            if unknown:
+                raise ValueError(
+                    f"generated: unknown split(s) {sorted(unknown)}; expected {SPLITS}"
+                )
+            self.games = GeneratedGames(self.task_types, counts, generator_seed, cache_dir)
+        self._engine: Engine | None = None
+        self._ref: GameRef | None = None
+        self._game: dict[str, Any] | None = None
+        self._task: Task | None = None
+        self._statics = None
+        self._names: dict[str, str] = {}
+        self._reset_state()
+
+    def _reset_state(self) -> None:
+        self._gs: Any = None  # the engine's game state
+        self._state = None
+        self._obs = ""
+        self._instruction = ""
+        self._steps = 0
+        self._milestones: tuple[str, ...] = ()
+        self._plan: list[str] = []
+        self._plan_key = ""
+
+    # -- tasks ---------------------------------------------------------------------------------
+    def task_ids(self, split: str, limit: int | None = None) -> list[str]:
+        """The fixed, ordered task ids of ``split`` (``train``, ``valid_seen``, ``valid_unseen``)."""
+        ids = [g.task_id for g in self.games.games(split)]
+        return ids if limit is None else ids[: max(int(limit), 0)]
+
+    def _pick(self, seed: int | None, options: dict[str, Any]) -> GameRef:
+        if "task_id" in options:
+            return self.games.get(str(options["task_id"]))
+        games = self.games.games(self.train_split)
+        if not games:
+            raise ValueError(
+                f"ALFWorld split {self.train_split!r} has no games for task types {self.task_types}"
+            )
+        if seed is None:
+            seed = int(self.np_random.integers(2**31 - 1))
+        return games[int(seed) % len(games)]
+
+    # -- gymnasium API ---------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        ref = self._pick(seed, dict(options or {}))
+        if isinstance(self.games, GeneratedGames):
+            ref = self.games.resolve(ref)
+        if self._engine is None:
+            self._engine = Engine()
+        if self._ref is None or ref.trial_dir != self._ref.trial_dir:
+            self._ref = None  # stays unset if loading fails
+            traj = read_traj(ref.traj_file)
+            game = read_game(ref.game_file)
+            self._engine.load(ref.game_file, game)
+            self._task = Task.from_params(traj["task_type"], traj["pddl_params"])
+            self._game, self._ref = game, ref
+            self._statics = None
+        self._reset_state()
+        self._gs = self._engine.reset()
+        facts = facts_of(self._gs["_facts"])
+        if self._statics is None:
+            self._statics = read_statics(facts)
+            self._names = self._engine.entity_names
+        self._state = read_state(facts)
+        intro = str(self._gs.feedback)
+        self._obs = intro.replace(_BANNER, "", 1).strip()
+        i = intro.find(_TASK_MARK)
+        self._instruction = intro[i + len(_TASK_MARK) :].strip() if i >= 0 else ""
+        self._milestones = milestones(self._task, self._statics, self._state, bool(self._gs["won"]))
+        return self._obs, self._info(True)
+
+    def step(self, action: str):
+        if self._gs is None:
+            raise RuntimeError("call reset() before step()")
+        self._steps += 1
+        command = _SPACES.sub(" ", action).strip().lower() if isinstance(action, str) else None
+        if command is None or len(command) > _MAX_COMMAND:
+            valid, self._obs = False, NOTHING  # not a command at all: the engine is not asked
+        else:
+            valid = command in self._gs["admissible_commands"]
+            self._gs = self._engine.step(command)
+            self._obs = str(self._gs.feedback).strip()
+            if valid:
+                self._state = read_state(facts_of(self._gs["_facts"]))
+                self._follow_plan(command)
+        won = bool(self._gs["won"])
+        self._milestones = milestones(self._task, self._statics, self._state, won, self._milestones)
+        truncated = not won and self._steps >= self.max_steps
+        reward = self.win_reward if won else 0.0
+        return self._obs, reward, won, truncated, self._info(valid)
+
+    def current_observation(self) -> str:
+        return self._obs
+
+    def _info(self, valid: bool) -> dict[str, Any]:
+        ref, task = self._ref, self._task
+        won = bool(self._gs["won"])
+        total = len(MILESTONES[task.task_type])
+        return make_info(
+            instruction=self._instruction,
+            task_id=ref.task_id,
+            category=task.task_type,
+            admissible_actions=[c for c in self._gs["admissible_commands"] if c != "help"],
+            state_key=state_key(self._state),
+            action_valid=valid,
+            won=won,
+            score=1.0 if won else len(self._milestones) / total,
+            milestones=self._milestones,
+            category_short=SHORT_NAMES[task.task_type],
+            game_file=str(ref.game_file),
+            steps=self._steps,
+        )
+
+    # -- expert ----------------------------------------------------------------------------------
+    def expert_action(self) -> str:
+        """The expert's next command (see the class docstring). Does not change the env."""
+        if self._gs is None:
+            raise RuntimeError("call reset() before expert_action()")
+        admissible = self._gs["admissible_commands"]
+        if self.expert == "oracle":
+            cmd = next_command(self._task, self._statics, self._state, self._names)
+            if cmd is not None and cmd in admissible:
+                return cmd
+        key = state_key(self._state)
+        if not self._plan or self._plan_key != key:
+            self._plan = self._engine.plan() if not self._gs["won"] else []
+            self._plan_key = key
+        if self._plan and self._plan[0] in admissible:
+            return self._plan[0]
+        return "look"
+
+    def _follow_plan(self, command: str) -> None:
+        """Keep the planner's plan while the agent follows it (replanned on the next call else)."""
+        if self._plan and self._plan[0] == command:
+            self._plan.pop(0)
+            self._plan_key = state_key(self._state)
+
+    @property
+    def game_ref(self) -> GameRef | None:
+        """The current game (id, split, task type, files)."""
+        return self._ref
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
+        self._ref = None
+        if isinstance(self.games, GeneratedGames):
+            self.games.close()

@@ -1,0 +1,250 @@
+"""``agentrl/TextWorld-v0``: any TextWorld game file (.z8/.ulx) as an agentrl text env."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from ..base import TextEnv, make_info
+from .games import MakeSettings, expand_game_files, make_game_file
+
+__all__ = ["TextWorldEnv"]
+
+SPLITS = ("train", "test")
+#: Generated games per split when no game files are given.
+DEFAULT_GENERATED = {"train": 8, "test": 4}
+_TEST_SEED_OFFSET = 1_000_000
+_PROMPT = re.compile(r"\n>[^\n]*$")  # Inform 7's prompt and status line after the feedback
+_BANNER_LINE = re.compile(r"^[\s$|\\/_>]*$")  # lines of the ASCII-art banner
+_SPACES = re.compile(r"\s+")
+_MAX_COMMAND = 512
+
+
+def _default_cache_dir() -> Path:
+    if os.environ.get("AGENTRL_CACHE_DIR"):
+        return Path(os.environ["AGENTRL_CACHE_DIR"]).expanduser() / "textworld"
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "agentrl" / "textworld"
+
+
+def clean_feedback(text: str) -> str:
+    """The game's feedback without Inform 7's prompt/status line and TextWorld's ASCII banner."""
+    text = _PROMPT.sub("", str(text).rstrip())
+    lines = text.split("\n")
+    while lines and _BANNER_LINE.match(lines[0]):
+        lines.pop(0)
+    return "\n".join(lines).strip()
+
+
+class TextWorldEnv(TextEnv):
+    """TextWorld games (Côté et al., 2018) through TextWorld's own engine (Jericho + its state tracker).
+
+    - Games: ``game_files`` (a file, directory, glob or list; each needs TextWorld's ``.json``
+      next to it, which every TextWorld-made game has) form split ``train``, ``eval_game_files``
+      split ``test``. Without files, games are generated offline with TextWorld's generator
+      (``tw-make custom`` settings ``world_size``, ``nb_objects``, ``quest_length``) into the
+      cache (``cache_dir``, default ``~/.cache/agentrl/textworld``) on first use: ``generated``
+      per split (``{"train": 8, "test": 4}``), game ``k`` of ``train`` from seed
+      ``generator_seed + k`` and of ``test`` from ``generator_seed + 1e6 + k``.
+    - Tasks: ``reset(seed=s)`` plays training game ``s mod n``; ``reset(options={"task_id"})``
+      a listed game (task ids: the file paths, or ``<split>/<k>`` for generated games).
+    - Observation: the game's feedback without the prompt/status line (and, on reset, the
+      banner); ``instruction``: the game's objective; ``admissible_actions``: TextWorld's.
+    - Actions: matched case-insensitively against the admissible commands; anything else goes
+      to the game parser as typed (its reply, e.g. "That's not a verb I recognise."), with
+      ``action_valid=False``.
+    - Reward: the game's score increase; terminated when won or lost, truncated after
+      ``max_steps``. ``score``: points / max points; ``milestones``: ``point_1``, ``point_2``...
+      for points earned. ``state_key``: digest of the true state's facts (TextWorld's state
+      tracker). ``expert_action()``: the first of TextWorld's policy commands from the state.
+    """
+
+    def __init__(
+        self,
+        game_files: Any = None,
+        eval_game_files: Any = None,
+        max_steps: int = 100,
+        generated: dict[str, int] | None = None,
+        generator_seed: int = 0,
+        world_size: int = 3,
+        nb_objects: int = 6,
+        quest_length: int = 3,
+        cache_dir: str | None = None,
+        category: str = "textworld",
+        render_mode: str | None = None,
+    ):
+        super().__init__(render_mode, max_text_length=16_384)
+        if int(max_steps) < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        self.max_steps = int(max_steps)
+        self.category = str(category)
+        self._files: dict[str, list[Path]] = {}
+        self._generated: dict[str, int] = {}
+        if game_files is not None:
+            self._files = {
+                "train": expand_game_files(game_files),
+                "test": expand_game_files(eval_game_files),
+            }
+            for f in self._files["train"] + self._files["test"]:
+                if not f.with_suffix(".json").is_file():
+                    raise FileNotFoundError(
+                        f"{f}: TextWorld needs the game's metadata {f.with_suffix('.json').name} next to it "
+                        "(admissible commands, state and walkthrough come from it)"
+                    )
+        else:
+            counts = dict(DEFAULT_GENERATED if generated is None else generated)
+            unknown = set(counts) - set(SPLITS)
+            if unknown:
+                raise ValueError(
+                    f"generated: unknown split(s) {sorted(unknown)}; expected {SPLITS}"
+                )
+            self._generated = {s: int(counts.get(s, 0)) for s in SPLITS}
+        self.settings = MakeSettings(int(world_size), int(nb_objects), int(quest_length))
+        self.generator_seed = int(generator_seed)
+        self.cache_dir = (
+            Path(os.path.expanduser(str(cache_dir))) if cache_dir else _default_cache_dir()
+        )
+        self._env: Any = None
+        self._loaded: str | None = None
+        self._task_id = ""
+        self._gs: Any = None
+        self._obs = ""
+        self._steps = 0
+
+    # -- tasks ---------------------------------------------------------------------------------
+    def task_ids(self, split: str, limit: int | None = None) -> list[str]:
+        """``train``/``test`` game ids in a fixed order."""
+        if split not in SPLITS:
+            raise ValueError(f"TextWorld has splits {SPLITS}, not {split!r}")
+        if self._files:
+            ids = [str(f) for f in self._files[split]]
+        else:
+            ids = [f"{split}/{k}" for k in range(self._generated[split])]
+        return ids if limit is None else ids[: max(int(limit), 0)]
+
+    def _game_path(self, task_id: str) -> Path:
+        if self._files:
+            known = {str(f) for fs in self._files.values() for f in fs}
+            if task_id not in known:
+                raise ValueError(
+                    f"unknown TextWorld task id {task_id!r}; task ids are the listed game files"
+                )
+            return Path(task_id)
+        parts = task_id.split("/")
+        if len(parts) != 2 or parts[0] not in SPLITS or not parts[1].isdigit():
+            raise ValueError(
+                f"bad TextWorld task id {task_id!r}: expected '<split>/<k>' (split in {SPLITS})"
+            )
+        seed = (
+            self.generator_seed + (_TEST_SEED_OFFSET if parts[0] == "test" else 0) + int(parts[1])
+        )
+        return make_game_file(
+            self.cache_dir / f"generated-{self.settings.key()}", seed, self.settings
+        )
+
+    # -- gymnasium API ---------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        options = dict(options or {})
+        if "task_id" in options:
+            task_id = str(options["task_id"])
+        else:
+            ids = self.task_ids("train")
+            if not ids:
+                raise ValueError("TextWorld-v0 has no training games")
+            if seed is None:
+                seed = int(self.np_random.integers(2**31 - 1))
+            task_id = ids[int(seed) % len(ids)]
+        path = self._game_path(task_id)
+        if self._env is None or self._loaded != str(path):
+            self._start(path)
+        self._task_id = task_id
+        self._gs = self._env.reset()
+        self._steps = 0
+        self._obs = clean_feedback(self._gs.feedback)
+        return self._obs, self._info(True)
+
+    def _start(self, path: Path) -> None:
+        import textworld
+
+        infos = textworld.EnvInfos(
+            admissible_commands=True,
+            won=True,
+            lost=True,
+            score=True,
+            max_score=True,
+            policy_commands=True,
+            facts=True,
+            objective=True,
+        )
+        if self._env is not None:
+            self._env.close()
+            self._env = None
+        try:
+            self._env = textworld.start(str(path), request_infos=infos)
+        except Exception as exc:
+            raise ValueError(
+                f"{path}: TextWorld cannot load this game ({type(exc).__name__}: {exc})"
+            ) from exc
+        self._loaded = str(path)
+
+    def step(self, action: str):
+        if self._gs is None:
+            raise RuntimeError("call reset() before step()")
+        self._steps += 1
+        before = int(self._gs["score"] or 0)
+        command = _SPACES.sub(" ", action).strip() if isinstance(action, str) else ""
+        canonical = {c.lower(): c for c in self._gs["admissible_commands"] or []}
+        valid = command.lower() in canonical
+        if not command or len(command) > _MAX_COMMAND:
+            # not a command (empty, overlong or not text): not sent to the game; nothing changes
+            self._obs = "Nothing happens."
+            won, lost = bool(self._gs["won"]), bool(self._gs["lost"])
+            truncated = not (won or lost) and self._steps >= self.max_steps
+            return self._obs, 0.0, won or lost, truncated, self._info(False)
+        self._gs, _, _ = self._env.step(canonical.get(command.lower(), command))
+        self._obs = clean_feedback(self._gs.feedback)
+        won, lost = bool(self._gs["won"]), bool(self._gs["lost"])
+        reward = float(int(self._gs["score"] or 0) - before)
+        truncated = not (won or lost) and self._steps >= self.max_steps
+        return self._obs, reward, won or lost, truncated, self._info(valid)
+
+    def current_observation(self) -> str:
+        return self._obs
+
+    def _info(self, valid: bool) -> dict[str, Any]:
+        gs = self._gs
+        points, max_points = int(gs["score"] or 0), max(int(gs["max_score"] or 0), 1)
+        facts = sorted(str(f) for f in gs["facts"] or [])
+        key = hashlib.blake2b("|".join(facts).encode(), digest_size=16).hexdigest()
+        return make_info(
+            instruction=str(gs["objective"] or ""),
+            task_id=self._task_id,
+            category=self.category,
+            admissible_actions=list(gs["admissible_commands"] or []),
+            state_key=key,
+            action_valid=valid,
+            won=bool(gs["won"]),
+            score=min(max(points / max_points, 0.0), 1.0),
+            milestones=[f"point_{i}" for i in range(1, max(points, 0) + 1)],
+            lost=bool(gs["lost"]),
+            points=points,
+            max_points=max_points,
+            steps=self._steps,
+        )
+
+    def expert_action(self) -> str:
+        """The first command of TextWorld's winning policy from the current state."""
+        if self._gs is None:
+            raise RuntimeError("call reset() before expert_action()")
+        policy = self._gs["policy_commands"] or []
+        return policy[0] if policy else "look"
+
+    def close(self) -> None:
+        if self._env is not None:
+            self._env.close()
+            self._env = None
+        self._loaded = None
