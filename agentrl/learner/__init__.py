@@ -1,7 +1,7 @@
 """The PPO learner: sequences, forward pass, losses, and the update loop."""
 
 from .forward import ForwardOut, response_forward
-from .learner import Learner, LearnerConfig, NonFiniteError
+from .learner import Learner, LearnerConfig, NonFiniteError, token_advantages
 from .losses import aggregate, kl_penalty, ppo_clip_loss, value_loss
 from .sequences import Collated, StepSequence, collate
 
@@ -17,5 +17,6 @@ __all__ = [
     "kl_penalty",
     "ppo_clip_loss",
     "response_forward",
+    "token_advantages",
     "value_loss",
 ]

@@ -52,7 +52,8 @@ def response_forward(model: torch.nn.Module, batch: Collated, temperature: float
         c_logp = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - lse
         logp = torch.where(row_constrained, c_logp, logp)
         if want_entropy:
-            sel_logp = sel - lse.unsqueeze(-1)
+            # Zero the disallowed slots *before* exp/mul: 0 * -inf would put NaN into the gradient.
+            sel_logp = torch.where(valid, sel - lse.unsqueeze(-1), torch.zeros_like(sel))
             c_ent = -(torch.where(valid, sel_logp.exp() * sel_logp, torch.zeros_like(sel_logp))).sum(-1)
             entropy = torch.where(row_constrained, c_ent, entropy)
     mask = batch.response_mask

@@ -30,9 +30,9 @@ from credit import step_to_tokens
 
 from .forward import response_forward
 from .losses import aggregate, kl_penalty, normaliser, ppo_clip_loss, value_loss
-from .sequences import StepSequence, collate
+from .sequences import Collated, StepSequence, collate
 
-__all__ = ["Learner", "LearnerConfig", "NonFiniteError"]
+__all__ = ["Learner", "LearnerConfig", "NonFiniteError", "token_advantages"]
 
 
 class NonFiniteError(FloatingPointError):
@@ -61,6 +61,13 @@ class LearnerConfig:
     temperature: float = 1.0
     dtype: str = "auto"
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def token_advantages(batch: Collated, step_advantages: np.ndarray) -> torch.Tensor:
+    """(B, R) advantages over the response window: row b's response tokens carry the advantage
+    of its step row, padding carries 0 (prompt tokens are outside the window: no loss at all)."""
+    token_step = np.where(batch.response_mask.cpu().numpy(), batch.step_rows[:, None], -1)
+    return torch.as_tensor(step_to_tokens(step_advantages, token_step))
 
 
 def _is_peft(model: torch.nn.Module) -> bool:
@@ -199,10 +206,14 @@ class Learner:
             normaliser(torch.zeros(1, 1, dtype=torch.bool), cfg.loss_agg)  # raises naming the option
         self.optimizer.zero_grad(set_to_none=True)
         acc: dict[str, float] = {}
+        if cfg.entropy_coef == 0 and ref is None and self.value_head is None:
+            # Steps whose advantage is exactly 0 add nothing to the loss or its gradient; skip
+            # their forward/backward. The normaliser above still counts them, so the update is
+            # identical to processing them.
+            mb = np.asarray([i for i in mb if adv[seqs[i].step_row] != 0.0], dtype=np.int64)
         for idx in self._micro_batches(seqs, mb):
             batch = collate([seqs[i] for i in idx], self.pad_token_id).to(self.device)
-            token_step = np.where(batch.response_mask.cpu().numpy(), batch.step_rows[:, None], -1)
-            tok_adv = torch.as_tensor(step_to_tokens(adv, token_step), device=self.device)
+            tok_adv = token_advantages(batch, adv).to(self.device)
             mask = batch.response_mask
             with self.autocast():
                 fo = response_forward(self.model, batch, cfg.temperature, want_entropy=True, want_hidden=self.value_head is not None)
@@ -229,7 +240,7 @@ class Learner:
                 loss = loss + cfg.value_coef * vl
             if not torch.isfinite(loss):
                 self.optimizer.zero_grad(set_to_none=True)
-                raise NonFiniteError(f"non-finite loss ({float(loss)}) in update {self.updates}: the update is stopped")
+                raise NonFiniteError(f"non-finite loss ({float(loss.detach())}) in update {self.updates}: the update is stopped")
             loss.backward()
             w = len(idx) / len(mb)
             for k, val in {"loss": loss.detach(), "policy_loss": aggregate(pg, mask, cfg.loss_agg, denom).detach(), "entropy": ent.detach(),
@@ -238,6 +249,9 @@ class Learner:
             for k, val in st.items():
                 acc[k] = acc.get(k, 0.0) + float(val) * w
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        for p in params:  # a mini-batch of zero advantages still takes Adam's (momentum) step
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
         gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf"))
         if not math.isfinite(float(gnorm)):
             self.optimizer.zero_grad(set_to_none=True)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 __all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "TinySpec", "build_tiny", "cache_dir", "tiny_corpus"]
 
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 
 #: Chat-format tokens (special: never produced by the BPE) and response tags (added tokens: one
 #: id each, decoded as text, so the action parser sees them).
@@ -39,9 +39,12 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
 )
 
-#: Pre-tokenisation: words (optionally with one leading space) stay whole; every other character,
-#: including capital letters standing alone and grid symbols, is its own piece.
-SPLIT_PATTERN = r" ?[a-z]+| ?[A-Z][a-z]+|\s|."
+#: Pre-tokenisation of Qwen2 (transformers' ``Qwen2Tokenizer`` rebuilds the tokenizer with exactly
+#: this regex and an NFC normaliser whatever ``tokenizer.json`` says, and vLLM loads it that way
+#: too), so we train with it: the file, transformers and vLLM then agree on every id.
+SPLIT_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
 
 _EXTRA_TEXT = """
 Current observation: Admissible actions: Previous steps: Step Action Observation Instruction
@@ -56,26 +59,21 @@ walk move push pull box target wall floor player goal hole frozen lake start lef
 
 
 def tiny_corpus() -> list[str]:
-    """The tokenizer's training texts (deterministic; part of the cache key)."""
-    import numpy as np
+    """The tokenizer's training texts (deterministic; part of the cache key).
 
+    Only words: no Sokoban grids or FrozenLake maps, so BPE learns no merge of grid symbols and
+    every grid cell (``#``, ``_``, ``P``, ``X``, ``O``, ``S``, ``√``) stays one token.
+    """
     from envs.adapter import make_frozen_lake
     from envs.sokoban.env import INSTRUCTION as SOKOBAN_INSTRUCTION
-    from envs.sokoban.generate import generate_room
-    from envs.sokoban.room import render
 
-    texts = [SOKOBAN_INSTRUCTION, _EXTRA_TEXT]
-    for size, open_room, depth in ((5, True, 1), (6, False, 30), (7, False, 30)):
-        for seed in range(20):
-            room = generate_room(np.random.default_rng(seed), (size, size), 1, 20, depth, open_room)
-            texts.append(render(room.layout, room.state))
     lake = make_frozen_lake()
-    obs, info = lake.reset(seed=0)
-    texts += [obs, info["instruction"]]
+    _obs, info = lake.reset(seed=0)
     actions = ["up", "down", "left", "right"]
+    texts = [SOKOBAN_INSTRUCTION, info["instruction"], _EXTRA_TEXT]
     texts += [f"<action>{a}</action>" for a in actions] * 50
     texts += [f"Admissible actions: {', '.join(actions)}"] * 20
-    texts.append("√S√S√S")  # box on target, player on target
+    texts += ["√"] * 10  # the box-on-target symbol: its three UTF-8 bytes become one token
     return texts
 
 
@@ -107,11 +105,12 @@ def _recipe_hash(spec: TinySpec, corpus: list[str]) -> str:
 
 
 def _train_tokenizer(spec: TinySpec, corpus: list[str]):
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(SPLIT_PATTERN), behavior="isolated"),
+        pre_tokenizers.Split(Regex(SPLIT_PATTERN), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     tok.decoder = decoders.ByteLevel()

@@ -1,0 +1,35 @@
+"""Shared fixtures: the embedded tiny model (built once into the cache) and a Sokoban env pool."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agentrl.models import load_model
+from agentrl.pool import EnvPool, EnvSpec
+
+# One thread: on a small shared CPU, torch's intra-op threads contend and run several times slower.
+torch.set_num_threads(1)
+
+SOKOBAN = EnvSpec("Sokoban-v0", {"dim_room": 5, "open_room": True, "search_depth": 1, "max_steps": 10})
+
+
+@pytest.fixture(scope="session")
+def tiny_path():
+    _, _, path = load_model("tiny")
+    return path
+
+
+@pytest.fixture
+def tiny(tiny_path):
+    """A fresh tiny model (tests may train it) and its tokenizer."""
+    torch.manual_seed(0)
+    model, tok, _ = load_model(tiny_path)
+    return model, tok
+
+
+@pytest.fixture
+def sokoban_pool():
+    pool = EnvPool([SOKOBAN] * 8)
+    yield pool
+    pool.close()
