@@ -121,9 +121,15 @@ def reference_gigpo_ms(root: Path, n_groups: int, repeats: int) -> tuple[float, 
             out, _ = ref.compute_gigpo_outcome_advantage(tlr, step_rewards, mask, b.state_key, index, traj, mode="mean_std_norm")
             best_ref = min(best_ref, time.process_time() - c0)
     ours_ms, _ = time_module("gigpo", n_groups, repeats, 0)
-    got = credit.compute(make(n_groups, seed=0), "gigpo").advantages
-    err = float(np.abs(out[:, 0].numpy() - got).max())
-    print(f"  (same batch: max |ours - reference| = {err:.1e})")
+    res = credit.compute(make(n_groups, seed=0), "gigpo")
+    diff = np.abs(out[:, 0].numpy() - res.advantages)
+    bad = diff > 1e-4
+    size = np.bincount(b.anchor_index)[b.anchor_index]
+    tied = bad & (res.components["step"] == 0) & (size >= 2)  # anchor groups of identical returns
+    print(f"  same batch: {bad.sum()} of {n} rows differ by more than 1e-4 (max {diff.max():.1e}), "
+          f"{tied.sum()} of them in anchor groups whose returns are all equal, where the reference's "
+          f"float32 mean leaves a residue that std normalisation amplifies; elsewhere max "
+          f"{diff[~tied].max():.1e}")
     return best_ref * 1e3, ours_ms, n
 
 
