@@ -102,6 +102,14 @@ def test_seeds_reproduce_and_differ(engine, tiny):
     assert [g.token_ids for g in c] != [g.token_ids for g in a]
 
 
+def test_seeded_batch_larger_than_one_engine_step(engine, tiny):
+    """More prompt tokens than one engine step takes (4096): on CPU, a seeded request whose prompt
+    vLLM split across steps crashed the engine ("CPU Generator does not use offset")."""
+    prompts = [(_prompts(tiny.tokenizer, 1)[0] * 20)[:120] for _ in range(40)]
+    gens = engine.generate(prompts, SamplingParams(max_new_tokens=2, temperature=1.0, seed=11))
+    assert [len(g.token_ids) for g in gens] == [2] * 40
+
+
 def test_greedy_matches_transformers_argmax(engine, tiny):
     prompt = _prompts(tiny.tokenizer, 1)[0]
     (gen,) = engine.generate([prompt], SamplingParams(max_new_tokens=6, temperature=0.0))

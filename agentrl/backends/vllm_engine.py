@@ -438,6 +438,13 @@ class VLLMBackend:
         )
         if cfg.max_model_len is not None:
             kwargs["max_model_len"] = cfg.max_model_len
+        if self._cpu:
+            # A seeded request whose prompt is split across engine steps (chunked prefill) makes
+            # vLLM rewind its generator's offset, which CPU generators lack ("CPU Generator does
+            # not use offset"). Without chunking a prompt is always scheduled whole.
+            context = cfg.max_model_len or int(hf_cfg.get("max_position_embeddings") or 0)
+            kwargs["enable_chunked_prefill"] = False
+            kwargs["max_num_batched_tokens"] = max(4096, context, cfg.max_num_seqs)
         if kv is not None:
             kwargs["kv_cache_memory_bytes"] = int(kv)
         kwargs.update(dict(cfg.engine_kwargs or {}))
