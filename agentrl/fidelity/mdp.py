@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -128,22 +129,42 @@ def stack(mdps: Sequence[TabularMDP]) -> TabularMDP:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PolicyValues:
-    """V[k, s] and Q[k, s, a] for k = 0..horizon steps left (Q[0] = V[0] = 0)."""
+    """V[k, s] for k = 0..horizon steps left (V[0] = 0); Q follows from V in one step.
+
+    Only V is stored: Q_k(s, a) = r(s, a) + gamma * [not done] * V_{k-1}(s') is cheap to form for
+    the sampled steps, and the full (horizon + 1, S, A) table is built only on request (``Q``).
+    """
 
     V: np.ndarray
-    Q: np.ndarray
     gamma: float
+    reward: np.ndarray
+    cont: np.ndarray  # gamma * [not done], 0 on masked actions
+    next_state: np.ndarray
+
+    def q(self, state: np.ndarray, action: np.ndarray, steps_left: np.ndarray) -> np.ndarray:
+        """Q_k(s, a) elementwise (k = steps left >= 1)."""
+        nxt = self.next_state[state, action]
+        return self.reward[state, action] + self.cont[state, action] * self.V[steps_left - 1, nxt]
 
     def advantage(
         self, state: np.ndarray, action: np.ndarray, steps_left: np.ndarray
     ) -> np.ndarray:
-        """A(s, a) with the given steps left, elementwise."""
-        return self.Q[steps_left, state, action] - self.V[steps_left, state]
+        """A_k(s, a) = Q_k(s, a) - V_k(s) elementwise."""
+        return self.q(state, action, steps_left) - self.V[steps_left, state]
 
     def value(self, state: np.ndarray, steps_left: np.ndarray) -> np.ndarray:
         return self.V[steps_left, state]
+
+    @cached_property
+    def Q(self) -> np.ndarray:
+        """The full table Q[k, s, a] (Q[0] = 0; masked actions 0)."""
+        H = self.V.shape[0] - 1
+        Q = np.zeros((H + 1, *self.reward.shape))
+        for k in range(1, H + 1):
+            Q[k] = self.reward + self.cont * self.V[k - 1][self.next_state]
+        return Q
 
 
 def _check_policy(mdp: TabularMDP, policy: np.ndarray) -> np.ndarray:
@@ -169,16 +190,16 @@ def evaluate_policy(
         raise ValueError(f"gamma must be in [0, 1], got {gamma}")
     policy = _check_policy(mdp, policy)
     r = mdp.reward if reward is None else np.asarray(reward, dtype=np.float64)
-    H, (S, A) = mdp.horizon, mdp.next_state.shape
-    V = np.zeros((H + 1, S))
-    Q = np.zeros((H + 1, S, A))
-    cont = gamma * (~mdp.done)
+    H, S = mdp.horizon, mdp.num_states
     r = np.where(mdp.mask, r, 0.0)
-    cont = np.where(mdp.mask, cont, 0.0)  # masked actions: Q = 0 (the policy gives them no mass)
+    cont = np.where(mdp.mask & ~mdp.done, gamma, 0.0)  # masked actions: Q = 0, no mass anyway
+    # V_k = sum_a pi (r + cont V_{k-1}[next]) = expected reward + (pi * cont) . V_{k-1}[next]
+    expected_reward = np.einsum("sa,sa->s", policy, r)
+    weight = policy * cont
+    V = np.zeros((H + 1, S))
     for k in range(1, H + 1):
-        Q[k] = r + cont * V[k - 1][mdp.next_state]
-        V[k] = (policy * Q[k]).sum(axis=1)
-    return PolicyValues(V, Q, gamma)
+        V[k] = expected_reward + np.einsum("sa,sa->s", weight, V[k - 1][mdp.next_state])
+    return PolicyValues(V, gamma, r, cont, mdp.next_state)
 
 
 def success_probability(mdp: TabularMDP, policy: np.ndarray) -> np.ndarray:

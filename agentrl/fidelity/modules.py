@@ -2,7 +2,8 @@
 
 Every module registered in :mod:`credit` is measured with its default options (plus any variants
 named on the command line as ``name:opt=value,opt=value``). Optional step-batch columns are
-supplied from the exact model, and the report says so:
+supplied from the exact model, and the report says so (``value`` and ``embedding`` only to the
+modules that ask for them, see :func:`run_spec`):
 
 - ``value``: the true V^pi(s_t) with the module's own ``gamma`` (1.0 if it has none) and the
   step's steps-left: a perfect critic. A critic-based module is therefore an upper reference,
@@ -23,6 +24,7 @@ the learning runs, as the upper bound).
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,13 +109,23 @@ def default_specs() -> list[ModuleSpec]:
     return [ModuleSpec(n, n) for n in credit.available() if n not in LEFT_OUT]
 
 
+@functools.cache
+def _options_cached(name: str, fn_id: int) -> dict[str, Any]:
+    return credit.options(name)
+
+
+def _options(name: str) -> dict[str, Any]:
+    """``credit.options`` (a signature inspection) cached per registered function."""
+    return _options_cached(name, id(credit.get(name)))
+
+
 def module_gamma(spec: ModuleSpec) -> float:
     """The discount a module works with (its ``gamma`` option), 1.0 when it has none."""
     if spec.is_reference:
         return float(spec.options.get("gamma", 1.0))
     if "gamma" in spec.options:
         return float(spec.options["gamma"])
-    default = credit.options(spec.name).get("gamma", 1.0)
+    default = _options(spec.name).get("gamma", 1.0)
     return 1.0 if default is inspect.Parameter.empty else float(default)
 
 
@@ -147,27 +159,48 @@ def state_embedding(num_states: int, rng: np.random.Generator, dim: int = EMBED_
     return e / np.linalg.norm(e, axis=1, keepdims=True)
 
 
-def run_spec(spec: ModuleSpec, inputs: Inputs) -> tuple[np.ndarray | None, str]:
+#: Columns the lab can supply on request, computed only for the modules that read them.
+ON_DEMAND = ("value", "embedding")
+
+
+def run_spec(
+    spec: ModuleSpec, inputs: Inputs, needs: dict[str, frozenset[str]] | None = None
+) -> tuple[np.ndarray | None, str]:
     """(advantages, status). Status is ``"ok"``, ``"skipped: ..."`` (an input the lab cannot
-    supply honestly, or a required option) or ``"failed: ..."`` (the module raised)."""
+    supply honestly, or a required option) or ``"failed: ..."`` (the module raised).
+
+    ``value`` and ``embedding`` are built only for modules that ask for them: a module's first
+    call goes without them, and a :class:`StepBatchError` naming one of them adds it and
+    retries. ``needs`` (label -> columns) remembers the answer across calls of one run.
+    """
     gamma = module_gamma(spec)
     if spec.name == "ref:true-advantage":
         return inputs.true_advantage(gamma), "ok"
     if spec.name == "ref:mc-minus-true-V":
         return inputs.rollouts.discounted_returns(gamma) - inputs.true_value(gamma), "ok"
-    params = credit.options(spec.name)
+    params = _options(spec.name)
     missing = [
         k for k, v in params.items() if v is inspect.Parameter.empty and k not in spec.options
     ]
     if missing:
         return None, f"skipped: needs option(s) {', '.join(missing)} with no default"
-    batch = to_step_batch(
-        inputs.rollouts, value=inputs.true_value(gamma), embedding=inputs.embedding
-    )
-    try:
-        result = credit.compute(batch, spec.name, **spec.options)
-    except StepBatchError as exc:
-        return None, f"skipped: {exc}"
-    except Exception as exc:  # noqa: BLE001 - a module's failure is a finding to report
-        return None, f"failed: {type(exc).__name__}: {exc}"
-    return np.asarray(result.advantages, dtype=np.float64), "ok"
+    needs = {} if needs is None else needs
+    columns = set(needs.get(spec.label, frozenset()))
+    while True:
+        batch = to_step_batch(
+            inputs.rollouts,
+            value=inputs.true_value(gamma) if "value" in columns else None,
+            embedding=inputs.embedding if "embedding" in columns else None,
+        )
+        try:
+            result = credit.compute(batch, spec.name, **spec.options)
+        except StepBatchError as exc:
+            asked = [c for c in ON_DEMAND if f"column {c!r}" in str(exc) and c not in columns]
+            if not asked:
+                return None, f"skipped: {exc}"
+            columns.update(asked)
+            continue
+        except Exception as exc:  # noqa: BLE001 - a module's failure is a finding to report
+            return None, f"failed: {type(exc).__name__}: {exc}"
+        needs[spec.label] = frozenset(columns)
+        return np.asarray(result.advantages, dtype=np.float64), "ok"
