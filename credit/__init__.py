@@ -1,11 +1,15 @@
 """agentrl credit assignment: step batch in, one advantage per step out (numpy only).
 
     from credit import StepBatch, compute
-    result = compute(batch, "grpo", mode="mean_std")
-    result.advantages  # float32, one per batch row
+    result = compute(batch, "gigpo", gamma=0.95)
+    result.advantages   # float32, one per batch row
+    result.diagnostics  # group sizes, singleton and zero-advantage fractions, all-fail variance
+    result.components   # named parts ("episode", "step", ...) that ``compose`` can stack
 
-Every module is a pure function registered by name; see ``docs/credit.md`` for the table of
-methods, the inputs each needs, and their defaults.
+Modules: grpo, rloo, gigpo, hgpo, salt, graphgpo, turn, milestone, gagpo, bipace, gae, and
+compose (a base plus weighted terms, from plain nested dicts). Every module is a pure function
+registered by name; see ``docs/credit.md`` for the table of methods, the inputs each needs, and
+their defaults.
 """
 
 from . import bipace, compose, gae, gagpo, gigpo, graphgpo, grpo, hgpo, milestone, rloo, salt, turn  # noqa: F401  (registers the modules)
