@@ -354,7 +354,7 @@ class VLLMBackend:
         self.last_sync_seconds: float | None = None
         self.tokens_generated = 0
         self._warned_truncation = False
-        self._asleep = False
+        self._sleeping: set[str] = set()
         self._closed = False
 
     @classmethod
@@ -630,20 +630,23 @@ class VLLMBackend:
     # ---- memory --------------------------------------------------------------------------
 
     def sleep(self) -> None:
-        """Free the engine's GPU memory (weights offloaded, KV cache dropped) while the learner
-        trains. A no-op where sleep mode is off (CPU)."""
-        if self._closed or self._asleep or not self._sleep_mode:
+        """Free the engine's GPU memory while the colocated learner trains: weights offloaded to
+        CPU, KV cache (and so the prefix cache) dropped. A no-op where sleep mode is off (CPU);
+        :meth:`generate` and :meth:`update_weights` wake the engine up as needed."""
+        if self._closed or self._sleeping or not self._sleep_mode:
             return
         self._llm.sleep(level=1)
-        self._asleep = True
+        self._sleeping = {"weights", "kv_cache"}
 
-    def wake_up(self, tags: list[str] | None = None) -> None:
-        """Undo :meth:`sleep` (all memory, or only the given tags); a no-op when awake."""
-        if not self._asleep:
+    def wake_up(self, tags: Sequence[str] | None = None) -> None:
+        """Bring back the given memory (``"weights"``, ``"kv_cache"``; default: all still
+        asleep). Waking only the weights first lets a sync load them before the KV cache
+        returns, so the two never need memory at the same time."""
+        wanted = self._sleeping if tags is None else self._sleeping & set(tags)
+        if not wanted:
             return
-        self._llm.wake_up(tags)
-        if tags is None:
-            self._asleep = False
+        self._llm.wake_up(sorted(wanted))
+        self._sleeping -= wanted
 
     # ---- lifecycle -----------------------------------------------------------------------
 
