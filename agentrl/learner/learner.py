@@ -184,7 +184,7 @@ class Learner:
         rng = np.random.default_rng(seed)
         self.model.train()
         sums: dict[str, float] = {}
-        count = 0
+        counts: dict[str, int] = {}
         for _epoch in range(cfg.epochs):
             perm = rng.permutation(len(seqs))
             for start in range(0, len(perm), cfg.minibatch_size):
@@ -192,9 +192,10 @@ class Learner:
                 stats = self._minibatch_step(seqs, mb, adv, ref, returns, old_values)
                 for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + v
-                count += 1
+                    counts[k] = counts.get(k, 0) + 1
         self.updates += 1
-        return {k: v / max(count, 1) for k, v in sums.items()}
+        # Means over the mini-batches that computed each term (all-zero-advantage ones skip the loss).
+        return {k: v / counts[k] for k, v in sums.items()}
 
     def _minibatch_step(self, seqs, mb, adv, ref, returns, old_values) -> dict[str, float]:
         cfg = self.cfg
@@ -211,6 +212,7 @@ class Learner:
             # their forward/backward. The normaliser above still counts them, so the update is
             # identical to processing them.
             mb = np.asarray([i for i in mb if adv[seqs[i].step_row] != 0.0], dtype=np.int64)
+        processed = len(mb)
         for idx in self._micro_batches(seqs, mb):
             batch = collate([seqs[i] for i in idx], self.pad_token_id).to(self.device)
             tok_adv = token_advantages(batch, adv).to(self.device)
@@ -258,6 +260,7 @@ class Learner:
             raise NonFiniteError(f"non-finite gradient norm in update {self.updates}: the update is stopped")
         self.optimizer.step()
         acc["grad_norm"] = float(gnorm)
+        acc["sequences_processed"] = float(processed)
         return acc
 
     def _micro_batches(self, seqs: Sequence[StepSequence], rows: np.ndarray) -> list[list[int]]:

@@ -1,0 +1,140 @@
+"""End to end: smoke runs per env and per credit module, config checks, outputs, resume."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import credit
+from agentrl.train_config import ConfigError, check_config
+from agentrl.trainer import Trainer, TrainingStopped
+
+from .helpers import SMOKE, make_cfg, options
+
+
+def _run(tmp_path, *overrides):
+    trainer = Trainer(make_cfg(*SMOKE, *overrides), tmp_path)
+    try:
+        return trainer.run()
+    finally:
+        trainer.close()
+
+
+def _rows(path):
+    return [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_every_credit_module_has_a_config():
+    assert set(credit.available()) <= set(options("credit"))
+    proc = subprocess.run([sys.executable, "scripts/gen_credit_configs.py", "--check"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_required_env_configs_exist():
+    assert {"sokoban", "frozenlake", "webshop"} <= set(options("env"))
+
+
+@pytest.mark.parametrize("env", options("env"))
+def test_smoke_per_env(tmp_path, env):
+    summary = _run(tmp_path, f"env={env}", "env.max_steps=4")
+    assert summary["iterations"] == 2 and summary["eval_episodes"] == 4
+    rows = _rows(tmp_path)
+    assert [r["phase"] for r in rows] == ["eval_initial", "train", "train", "eval_final", "summary"]
+    train = rows[1]
+    for key in ("time/rollout_s", "time/credit_s", "time/update_s", "train/success_rate", "loss/grad_norm"):
+        assert key in train
+
+
+@pytest.mark.parametrize("name", sorted(credit.available()))
+def test_smoke_per_credit_module(tmp_path, name):
+    summary = _run(tmp_path, f"credit={name}", "trainer.eval_initial=false", "env.eval_episodes=2")
+    assert summary["credit"] == name
+    train = [r for r in _rows(tmp_path) if r["phase"] == "train"]
+    assert len(train) == 2 and all(torch.isfinite(torch.tensor(r["loss/grad_norm"])) for r in train)
+
+
+def test_outputs_of_a_run(tmp_path):
+    _run(tmp_path, "trainer.tensorboard=true", "trainer.plot=true", "trainer.eval_every=1")
+    names = {p.name for p in tmp_path.iterdir()}
+    assert {"metrics.jsonl", "summary.json", "summary.md", "training_curve.png", "config.yaml", "checkpoints", "tb"} <= names
+    assert any((tmp_path / "tb").iterdir())
+    assert (tmp_path / "checkpoints" / "final" / "model.safetensors").exists()
+    summary = json.loads((tmp_path / "summary.json").read_text())["summary"]
+    for key in ("initial_success_rate", "initial_ci_low", "final_success_rate", "final_ci_high", "improvement_points", "learned"):
+        assert key in summary
+    assert "initial policy" in (tmp_path / "summary.md").read_text()
+
+
+def test_resume_reproduces_the_uninterrupted_run(tmp_path):
+    base = ["trainer.iterations=4", "trainer.checkpoint_every=2", "trainer.keep_checkpoints=5", "trainer.eval_initial=false"]
+    _run(tmp_path / "full", *base)
+    # The interrupted run: stop after 2 iterations (its checkpoint at 2), then resume to 4.
+    _run(tmp_path / "part", *base[1:], "trainer.iterations=2")
+    _run(tmp_path / "resumed", *base, f"trainer.resume={tmp_path / 'part'}")
+    full = [r for r in _rows(tmp_path / "full") if r["phase"] == "train"]
+    resumed = [r for r in _rows(tmp_path / "resumed") if r["phase"] == "train"]
+    assert [r["iteration"] for r in resumed] == [1, 2, 3, 4]
+    for a, b in zip(full, resumed):
+        for k, v in a.items():
+            if k.startswith(("train/", "loss/", "credit/")):
+                assert v == pytest.approx(b[k], rel=1e-6, abs=1e-7), (a["iteration"], k)
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("trainer.lr=-1", "trainer.lr"),
+        ("trainer.epochs=two", "trainer.epochs"),
+        ("rollout.group_size=0", "rollout.group_size"),
+        ("rollout.temperature=0", "rollout.temperature"),
+        ("env.max_steps=0", "env.max_steps"),
+        ("trainer.loss_agg=mean", "trainer.loss_agg"),
+        ("+trainer.lrr=0.1", "trainer.lrr"),
+        ("+credit.options.bogus=1", "credit.options.bogus"),
+        ("credit.name=nope", "credit.name"),
+        ("rollout.action.pattern=no_group", "rollout.action.pattern"),
+        ("model.lora.r=0", "model.lora.r"),
+        ("trainer.micro_batch_size=1000", "trainer.micro_batch_size"),
+    ],
+)
+def test_malformed_config_fails_naming_the_key(override, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        check_config(make_cfg(override))
+
+
+def test_cli_rejects_a_bad_value_before_any_work(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "agentrl.train", "trainer.lr=-0.5", f"output_dir={out}"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "trainer.lr must be > 0" in proc.stderr
+    assert not out.exists()
+
+
+def test_non_finite_advantages_stop_with_a_message_and_keep_the_checkpoint(tmp_path, monkeypatch):
+    import numpy as np
+
+    import agentrl.learner.learner as learner_mod
+
+    calls = {"n": 0}
+    real = learner_mod.step_to_tokens
+
+    def poisoned(adv, token_step):
+        calls["n"] += 1
+        if calls["n"] > 1:  # iteration 2 (one micro-batch per iteration here) goes bad
+            adv = np.full_like(adv, np.inf)
+        return real(adv, token_step)
+
+    monkeypatch.setattr(learner_mod, "step_to_tokens", poisoned)
+    trainer = Trainer(make_cfg(*SMOKE, "trainer.eval_initial=false", "trainer.epochs=1", "trainer.minibatch_size=256", "trainer.micro_batch_size=256"), tmp_path)
+    try:
+        with pytest.raises(TrainingStopped, match="non-finite"):
+            trainer.run()
+    finally:
+        trainer.close()
+    assert (tmp_path / "checkpoints" / "iter_000001" / "state.pt").exists()
+    assert not (tmp_path / "checkpoints" / "iter_000002").exists()
+    assert _rows(tmp_path)[-1]["phase"] == "stopped"
