@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from .base import Generation, SamplingParams
-from .trie import Trie
+from .trie import Trie, cached_trie
 
 __all__ = ["HFBackend"]
 
@@ -75,7 +75,7 @@ class HFBackend:
         for i, p in enumerate(prompts):
             if len(p) == 0:
                 raise ValueError(f"prompt {i} is empty")
-        tries = [None if allowed is None or allowed[i] is None else Trie(allowed[i]) for i in range(n)]
+        tries = [None if allowed is None or allowed[i] is None else cached_trie(allowed[i]) for i in range(n)]
         uniforms = self._uniforms(n, sampling)
         out: list[Generation | None] = [None] * n
         # Chunks of similar prompt length waste less padding.
@@ -98,54 +98,67 @@ class HFBackend:
     @torch.no_grad()
     def _generate_chunk(self, prompts: list[Sequence[int]], sampling: SamplingParams, tries: list[Trie | None], uniforms: np.ndarray) -> list[Generation]:
         model, device = self.model, self.device
-        was_training = model.training
-        model.eval()
-        B = len(prompts)
-        width = max(len(p) for p in prompts)
-        ids = torch.full((B, width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((B, width), dtype=torch.long)
-        for b, p in enumerate(prompts):
-            ids[b, width - len(p) :] = torch.as_tensor(list(p), dtype=torch.long)
-            mask[b, width - len(p) :] = 1
-        ids, mask = ids.to(device), mask.to(device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cap = sampling.max_new_tokens
         stop = set(int(t) for t in sampling.stop_token_ids)
-        nodes = [Trie.root if t is not None else -1 for t in tries]
+        B = len(prompts)
         tokens: list[list[int]] = [[] for _ in range(B)]
         logps: list[list[float]] = [[] for _ in range(B)]
         finish = ["length"] * B
-        active = list(range(B))  # original row of each current batch row
+        nodes = [Trie.root if t is not None else -1 for t in tries]
+        done = [False] * B
+        # Jump-forward: tokens the trie forces (a single child) need no sampling: they get
+        # log-prob 0 (the renormalised distribution over one token), a forced prefix joins the
+        # prefill, and a forced run that ends the response needs no forward pass at all.
+        for b, t in enumerate(tries):
+            if t is not None:
+                self._advance_forced(b, t, nodes, tokens, logps, finish, done, cap, prefix=True)
+        active = [b for b in range(B) if not done[b]]
+        if not active:
+            self.tokens_generated += sum(len(t) for t in tokens)
+            return [Generation(tokens[b], logps[b], finish[b]) for b in range(B)]  # type: ignore[arg-type]
+        was_training = model.training
+        model.eval()
+        full = [list(prompts[b]) + tokens[b] for b in active]
+        width = max(len(p) for p in full)
+        ids = torch.full((len(active), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(active), width), dtype=torch.long)
+        for j, p in enumerate(full):
+            ids[j, width - len(p) :] = torch.as_tensor(p, dtype=torch.long)
+            mask[j, width - len(p) :] = 1
+        ids, mask = ids.to(device), mask.to(device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
         u = torch.as_tensor(uniforms, dtype=torch.float64)
-        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-        cache = out.past_key_values
-        last_pos = positions[:, -1]
         try:
-            for k in range(sampling.max_new_tokens):
+            out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+            cache = out.past_key_values
+            last_pos = positions[:, -1]
+            while True:
                 logits = out.logits[:, -1, :].float()
                 allow_mask = self._allow_mask(logits, [tries[r] for r in active], [nodes[r] for r in active])
-                chosen, chosen_logp = _sample(logits, allow_mask, sampling, u[active, k])
-                done_rows = []
+                draws = u[active, [len(tokens[r]) for r in active]]
+                chosen, chosen_logp = _sample(logits, allow_mask, sampling, draws)
+                keep = []
                 for j, r in enumerate(active):
                     tok = int(chosen[j])
                     tokens[r].append(tok)
                     logps[r].append(float(chosen_logp[j]))
                     if tries[r] is not None:
                         nodes[r] = tries[r].step(nodes[r], tok)
-                        ended = tries[r].is_leaf(nodes[r])
-                    else:
-                        ended = tok in stop
-                    if ended:
-                        finish[r] = "stop"
-                        done_rows.append(j)
-                if k == sampling.max_new_tokens - 1 or len(done_rows) == len(active):
+                        self._advance_forced(r, tries[r], nodes, tokens, logps, finish, done, cap, prefix=False)
+                    elif tok in stop:
+                        finish[r], done[r] = "stop", True
+                    if not done[r] and len(tokens[r]) >= cap:
+                        done[r] = True  # finish stays "length"
+                    if not done[r]:
+                        keep.append(j)
+                if not keep:
                     break
                 next_ids = chosen.view(-1, 1).to(device)
-                if done_rows:  # drop finished requests from the batch and the cache
-                    done_set = set(done_rows)
-                    keep = torch.as_tensor([j for j in range(len(active)) if j not in done_set], device=device)
-                    cache.batch_select_indices(keep)
-                    mask, last_pos, next_ids = mask[keep], last_pos[keep], next_ids[keep]
-                    active = [active[j] for j in keep.tolist()]
+                if len(keep) < len(active):  # drop finished requests from the batch and the cache
+                    sel = torch.as_tensor(keep, device=device)
+                    cache.batch_select_indices(sel)
+                    mask, last_pos, next_ids = mask[sel], last_pos[sel], next_ids[sel]
+                    active = [active[j] for j in keep]
                 mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=device)], dim=1)
                 last_pos = last_pos + 1
                 out = model(input_ids=next_ids, attention_mask=mask, position_ids=last_pos.view(-1, 1), past_key_values=cache, use_cache=True)
@@ -155,6 +168,28 @@ class HFBackend:
                 model.train()
         self.tokens_generated += sum(len(t) for t in tokens)
         return [Generation(tokens[b], logps[b], finish[b]) for b in range(B)]  # type: ignore[arg-type]
+
+    @staticmethod
+    def _advance_forced(b, trie, nodes, tokens, logps, finish, done, cap, prefix: bool) -> None:
+        """Append the trie's forced tokens from ``nodes[b]``: all of them when building the
+        prefill prefix; after a sampled token only a run that reaches the end (a leaf), since a
+        run stopping at a branch would have to be fed through the model token by token."""
+        node, run = nodes[b], []
+        while not trie.is_leaf(node) and len(trie.children(node)) == 1:
+            tok = trie.children(node)[0]
+            run.append(tok)
+            node = trie.step(node, tok)
+        if not prefix and not trie.is_leaf(node):
+            return
+        room = cap - len(tokens[b])
+        tokens[b].extend(run[:room])
+        logps[b].extend([0.0] * min(len(run), room))
+        if len(run) > room:
+            done[b] = True  # cut by max_new_tokens: finish stays "length"
+            return
+        nodes[b] = node
+        if trie.is_leaf(node):
+            finish[b], done[b] = "stop", True
 
     @staticmethod
     def _allow_mask(logits: torch.Tensor, tries: list[Trie | None], nodes: list[int]) -> torch.Tensor | None:

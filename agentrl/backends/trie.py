@@ -9,8 +9,9 @@ the distribution was renormalised over, so its log-probs match the sampler's.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
-__all__ = ["Trie", "allowed_per_position"]
+__all__ = ["Trie", "allowed_per_position", "cached_trie"]
 
 
 class Trie:
@@ -47,13 +48,24 @@ class Trie:
         return self._nodes[node][int(token)]
 
 
+@lru_cache(maxsize=4096)
+def _trie_of(sequences: tuple[tuple[int, ...], ...]) -> Trie:
+    return Trie(sequences)
+
+
+def cached_trie(sequences: Sequence[Sequence[int]]) -> Trie:
+    """A trie for ``sequences``, shared between calls with the same sequences (tries are never
+    mutated after construction)."""
+    return _trie_of(tuple(tuple(int(t) for t in s) for s in sequences))
+
+
 def allowed_per_position(sequences: Sequence[Sequence[int]], response: Sequence[int]) -> list[list[int]]:
     """For each position of ``response``, the token ids the trie allowed there.
 
     Raises ``ValueError`` when the response is not a path of the trie (it was not sampled under
     this constraint), so a mismatch cannot silently bias the importance ratio.
     """
-    trie = Trie(sequences)
+    trie = cached_trie(sequences)
     node = trie.root
     out = []
     for pos, tok in enumerate(response):

@@ -54,10 +54,14 @@ class Turn:
 class PromptBuilder:
     """Builds prompt token ids with ``tokenizer``'s chat template."""
 
+    #: Encoded prompts are memoised (states repeat across a group and across iterations).
+    CACHE_SIZE = 65536
+
     def __init__(self, tokenizer, cfg: PromptConfig):
         self.tokenizer = tokenizer
         self.cfg = cfg
         self.overflows = 0
+        self._cache: dict[tuple, list[int]] = {}
 
     def messages(self, instruction: str, history: Sequence[Turn], observation: str, actions: Sequence[str] | None) -> list[dict[str, str]]:
         cfg = self.cfg
@@ -79,8 +83,15 @@ class PromptBuilder:
         return msgs
 
     def encode(self, messages: list[dict[str, str]]) -> list[int]:
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        key = tuple((m["role"], m["content"]) for m in messages)
+        ids = self._cache.get(key)
+        if ids is None:
+            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            if len(self._cache) >= self.CACHE_SIZE:
+                self._cache.clear()
+            self._cache[key] = ids
+        return list(ids)
 
     def build(self, instruction: str, history: Sequence[Turn], observation: str, actions: Sequence[str] | None) -> list[int]:
         """Prompt token ids for one step, within ``max_prompt_tokens`` where possible."""
