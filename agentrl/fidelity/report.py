@@ -43,9 +43,12 @@ def aggregate_fidelity(
     }
 
 
-def aggregate_learning(records: list[dict], seed: int = 0, n_boot: int = 2000) -> dict[tuple, dict]:
+def aggregate_learning(
+    records: list[dict], seed: int = 0, n_boot: int = 2000, baseline: str = "grpo"
+) -> dict[tuple, dict]:
     """(env, label) -> episodes axis, mean curve, pointwise 95% bootstrap band, final and
-    mean-over-training success (mean, low, high)."""
+    mean-over-training success (mean, low, high), and the paired difference of the latter from
+    ``baseline``'s (same seed, so the same tasks and first batch: the task-set variance cancels)."""
     rng = np.random.default_rng(seed)
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in records:
@@ -66,7 +69,15 @@ def aggregate_learning(records: list[dict], seed: int = 0, n_boot: int = 2000) -
             "final": bootstrap_ci(curves[:, -1], rng),
             "auc": bootstrap_ci(curves.mean(axis=1), rng),
             "seeds": len(curves),
+            "auc_by_seed": {r["seed"]: float(np.mean(r["curve"])) for r in rs},
         }
+    for (env, label), a in out.items():
+        base = out.get((env, baseline))
+        if base is None or label == baseline:
+            continue
+        common = sorted(set(a["auc_by_seed"]) & set(base["auc_by_seed"]))
+        diffs = np.array([a["auc_by_seed"][s] - base["auc_by_seed"][s] for s in common])
+        a["auc_vs_baseline"] = bootstrap_ci(diffs, rng)
     return out
 
 
@@ -128,18 +139,32 @@ def fidelity_tables(
     return "\n".join(lines)
 
 
-def learning_table(agg: dict, envs: Sequence[str], order: Sequence[str]) -> str:
-    """Final exact success and mean success over training (area under the curve), per env."""
+def learning_table(
+    agg: dict,
+    envs: Sequence[str],
+    order: Sequence[str],
+    baseline: str = "grpo",
+    columns: Sequence[str] = ("final", "auc", "delta"),
+) -> str:
+    """Per env, the chosen columns: final exact success (``final``), mean success over training
+    (``auc``, the area under the curve), and its paired difference from ``baseline`` (``delta``)."""
+    names = {"final": "final", "auc": "mean over training", "delta": f"Δ mean vs {baseline}"}
     labels = _order([k[1] for k in agg], order)
     head = ["estimator"]
     for e in envs:
-        head += [f"{e}: final success", f"{e}: mean over training"]
+        head += [f"{e}: {names[c]}" if len(envs) > 1 else names[c] for c in columns]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---|" * (len(head) - 1)]
     for lab in labels:
         cells = [lab]
         for e in envs:
             a = agg.get((e, lab))
-            cells += [_fmt(a["final"]) if a else "n/a", _fmt(a["auc"]) if a else "n/a"]
+            for c in columns:
+                if a is None:
+                    cells.append("n/a")
+                elif c == "delta":
+                    cells.append("—" if lab == baseline else _fmt(a.get("auc_vs_baseline"), 3))
+                else:
+                    cells.append(_fmt(a[c]))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
