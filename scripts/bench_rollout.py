@@ -14,7 +14,8 @@ Prompts are random token ids in groups of ``--group-size`` identical prompts (a 
 starts every rollout of a task from the same state, which vLLM's prefix cache exploits; pass
 ``--group-size 1`` for all-distinct prompts). Responses run to ``--new-tokens`` (no stop token),
 so both backends generate exactly the same number of tokens. Each timed figure is the best of
-``--repeats`` runs after one warm-up call.
+``--repeats`` calls after one warm-up call; the two backends take turns call by call, so a
+shared machine's load changes affect both alike.
 """
 
 from __future__ import annotations
@@ -88,18 +89,20 @@ def make_prompts(vocab: int, batch: int, group: int, length: int, seed: int) -> 
     return [distinct[i // group] for i in range(batch)]
 
 
-def timed_generate(backend, prompts, sampling, repeats: int) -> tuple[float, int]:
-    """Best wall time of ``repeats`` calls (after one warm-up) and the tokens of one call."""
-    backend.generate(prompts[: max(1, len(prompts) // 8)], sampling)
-    best, tokens = float("inf"), 0
+def timed_generate(backends: dict, prompts, sampling, repeats: int) -> dict[str, tuple[float, int]]:
+    """Best wall time of ``repeats`` calls per backend (after one warm-up call each) and the
+    tokens of one call. The backends take turns, so load changes on a shared machine hit both."""
+    for backend in backends.values():
+        backend.generate(prompts[: max(1, len(prompts) // 8)], sampling)
+    best = {name: (float("inf"), 0) for name in backends}
     for r in range(repeats):
         s = SamplingParams(**{**sampling.__dict__, "seed": sampling.seed + r + 1})
-        t0 = time.perf_counter()
-        gens = backend.generate(prompts, s)
-        dt = time.perf_counter() - t0
-        best = min(best, dt)
-        tokens = sum(len(g.token_ids) for g in gens)
-    return best, tokens
+        for name, backend in backends.items():
+            t0 = time.perf_counter()
+            gens = backend.generate(prompts, s)
+            dt = time.perf_counter() - t0
+            best[name] = (min(best[name][0], dt), sum(len(g.token_ids) for g in gens))
+    return best
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -110,7 +113,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--prompt-len", type=int, default=None, help="prompt tokens (CPU 128, GPU 256)")
     ap.add_argument("--new-tokens", type=int, default=None, help="response tokens (CPU 32, GPU 256)")
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--syncs", type=int, default=3, help="weight syncs timed (median reported)")
     ap.add_argument("--kv-bytes", type=int, default=None, help="vLLM KV budget (CPU default 256 MiB)")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.35)
@@ -151,15 +154,14 @@ def main(argv: list[str] | None = None) -> dict:
     prompts = make_prompts(vocab, batch, args.group_size, prompt_len, seed=0)
     sampling = SamplingParams(max_new_tokens=new_tokens, temperature=1.0, seed=0)
 
-    hf = HFBackend(model, pad_token_id=pad, max_batch_size=batch)
-    hf_s, hf_tokens = timed_generate(hf, prompts, sampling, args.repeats)
-
     from agentrl.backends.vllm_engine import VLLMBackend
 
     t0 = time.perf_counter()
     engine = VLLMBackend(model=str(path), max_model_len=prompt_len + new_tokens + 8, **vllm_kwargs)
     start_s = time.perf_counter() - t0
-    v_s, v_tokens = timed_generate(engine, prompts, sampling, args.repeats)
+    hf = HFBackend(model, pad_token_id=pad, max_batch_size=batch)
+    timings = timed_generate({"hf": hf, "vllm": engine}, prompts, sampling, args.repeats)
+    (hf_s, hf_tokens), (v_s, v_tokens) = timings["hf"], timings["vllm"]
 
     weights = policy_state_dict(model)
     sync = []
