@@ -12,6 +12,7 @@ import math
 import platform
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -39,10 +40,24 @@ def tiny(tmp_path_factory):
     return build_tiny_model(tmp_path_factory.mktemp("tiny_qwen2"))
 
 
+START_SIDE_EFFECTS: dict[str, bool] = {}
+
+
 @pytest.fixture(scope="module")
 def engine(tiny):
+    rng, np_rng, threads = (
+        torch.get_rng_state(),
+        np.random.get_state()[1].copy(),
+        torch.get_num_threads(),
+    )
     backend = VLLMBackend(
         model=str(tiny.path), dtype="float32", max_model_len=256, kv_cache_memory_bytes=KV_BYTES
+    )
+    START_SIDE_EFFECTS.update(
+        torch_rng=torch.equal(rng, torch.get_rng_state()),
+        numpy_rng=bool((np_rng == np.random.get_state()[1]).all()),
+        threads=threads == torch.get_num_threads(),
+        set_num_threads=torch.set_num_threads.__module__.startswith("torch"),
     )
     yield backend
     backend.close()
@@ -69,6 +84,14 @@ def test_leaf_only_tokens():
 def test_is_a_backend(engine):
     assert isinstance(engine, Backend)
     assert engine.max_model_len == 256
+
+
+def test_engine_start_leaves_the_process_alone(engine):
+    """vLLM's in-process start reseeds the global RNGs and patches torch.set_num_threads."""
+    assert (
+        dict.fromkeys(("torch_rng", "numpy_rng", "threads", "set_num_threads"), True)
+        == START_SIDE_EFFECTS
+    )
 
 
 def test_generate_logprobs_match_transformers(engine, tiny):
@@ -204,6 +227,7 @@ def test_update_weights_resets_prefix_cache(engine, tiny, restore_weights):
 
 def test_lora_merged_sync(engine, tiny, restore_weights):
     import peft
+
     base = build_tiny_model(None, seed=0).model
     lora = peft.get_peft_model(
         base, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"])

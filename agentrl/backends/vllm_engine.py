@@ -22,7 +22,8 @@ Why each vLLM setting (details and measurements in ``docs/vllm.md``):
   then ``reset_prefix_cache()`` so that no KV block computed with the old weights is reused.
 - On CPU: ``enforce_eager`` and torch.compile (dynamo) off for the engine's calls (compiling its
   sampler ops costs ~15 s per shape on a laptop CPU); vLLM's CPU worker lowers and freezes torch's
-  thread count for the whole process, which is undone after start so the learner keeps its threads.
+  thread count for the whole process, which is undone after start so the learner keeps its threads;
+  the engine also reseeds the global RNGs (python, numpy, torch), which are restored after start.
 """
 
 from __future__ import annotations
@@ -284,6 +285,36 @@ def _engine_call_context(cpu: bool) -> Iterator[None]:
         torch._dynamo.config.disable = before
 
 
+@dataclass
+class _RNGState:
+    """The process's global random states (python, numpy, torch CPU and CUDA)."""
+
+    python: Any
+    numpy: Any
+    torch_cpu: torch.Tensor
+    torch_cuda: list[torch.Tensor] | None
+
+    @classmethod
+    def save(cls) -> _RNGState:
+        import random
+
+        import numpy as np
+
+        cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+        return cls(random.getstate(), np.random.get_state(), torch.get_rng_state(), cuda)
+
+    def restore(self) -> None:
+        import random
+
+        import numpy as np
+
+        random.setstate(self.python)
+        np.random.set_state(self.numpy)
+        torch.set_rng_state(self.torch_cpu)
+        if self.torch_cuda is not None:
+            torch.cuda.set_rng_state_all(self.torch_cuda)
+
+
 def _read_hf_config(model: str) -> dict[str, Any]:
     path = Path(model)
     cfg_file = path / "config.json"
@@ -454,6 +485,7 @@ class VLLMBackend:
         kwargs = self._engine_kwargs(hf_cfg)
         threads = torch.get_num_threads()
         set_num_threads = torch.set_num_threads
+        rng = _RNGState.save()  # an in-process engine reseeds the global RNGs with its seed
         t0 = time.perf_counter()
         try:
             with _engine_call_context(self._cpu):
@@ -470,6 +502,7 @@ class VLLMBackend:
             torch.set_num_threads = set_num_threads
             if self._cpu and torch.get_num_threads() != threads:
                 torch.set_num_threads(threads)
+            rng.restore()
         log.info("vLLM engine started in %.1f s", time.perf_counter() - t0)
         return llm
 
