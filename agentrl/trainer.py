@@ -388,7 +388,11 @@ class Trainer:
             "cpu/update_s": t_upd.cpu,
             "time/generate_s": stats.generate_s,
             "time/env_s": stats.env_s,
+            "mem/peak_rss_mb": _peak_rss_mb(),
         }
+        cuda_mb = _peak_cuda_mb()
+        if cuda_mb is not None:
+            row["mem/peak_cuda_mb"] = cuda_mb
         row.update({f"loss/{k}": v for k, v in upd.items()})
         for k, v in res.diagnostics.items():
             if isinstance(v, int | float) and not isinstance(v, bool):
@@ -435,6 +439,9 @@ class Trainer:
             s["mean_iteration_cpu_s"] = float(np.mean([r["cpu/rollout_s"] + r["cpu/credit_s"] + r["cpu/update_s"] for r in train]))
             for k in ("rollout", "credit", "update"):
                 s[f"mean_{k}_s"] = float(np.mean([r[f"time/{k}_s"] for r in train]))
+        s["peak_rss_mb"] = _peak_rss_mb()
+        if _peak_cuda_mb() is not None:
+            s["peak_cuda_mb"] = _peak_cuda_mb()
         return s
 
     def _write_outputs(self, summary: dict, initial: dict | None, report, history: list[dict]) -> None:
@@ -452,6 +459,20 @@ class Trainer:
     def close(self) -> None:
         self.pool.close()
         self.backend.close()
+
+
+def _peak_rss_mb() -> float:
+    """Peak resident memory of this process (MiB; Linux reports KiB, macOS bytes)."""
+    import resource
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return float(rss) / (2**20 if sys.platform == "darwin" else 1024.0)
+
+
+def _peak_cuda_mb() -> float | None:
+    import torch
+
+    return float(torch.cuda.max_memory_allocated()) / 2**20 if torch.cuda.is_available() else None
 
 
 # -- progress, summary, plot -------------------------------------------------------------------
@@ -508,6 +529,7 @@ def _summary_table(s: dict) -> str:
     lines.append(f"| episodes | {s['eval_episodes']} ({s['env']}, credit={s['credit']}, model={s['model']}, {s['iterations']} iterations) |")
     if "mean_iteration_s" in s:
         lines.append(f"| time per iteration | {s['mean_iteration_s']:.2f} s wall ({s['mean_iteration_cpu_s']:.2f} s CPU): rollout {s['mean_rollout_s']:.2f}, credit {s['mean_credit_s']:.3f}, update {s['mean_update_s']:.2f} |")
+    lines.append(f"| peak memory | {s['peak_rss_mb']:.0f} MiB resident" + (f", {s['peak_cuda_mb']:.0f} MiB CUDA |" if "peak_cuda_mb" in s else " |"))
     return "\n".join(lines)
 
 
@@ -530,6 +552,7 @@ def _print_summary(s: dict, report) -> None:
     table.add_row("episodes", f"{s['eval_episodes']} ({s['env']}, credit={s['credit']}, model={s['model']})")
     if "mean_iteration_s" in s:
         table.add_row("per iteration", f"{s['mean_iteration_s']:.2f} s wall, {s['mean_iteration_cpu_s']:.2f} s CPU (rollout {s['mean_rollout_s']:.2f} / credit {s['mean_credit_s']:.3f} / update {s['mean_update_s']:.2f})")
+    table.add_row("peak memory", f"{s['peak_rss_mb']:.0f} MiB resident" + (f", {s['peak_cuda_mb']:.0f} MiB CUDA" if "peak_cuda_mb" in s else ""))
     console = Console()
     console.print(table)
     report.print(console)

@@ -1,0 +1,119 @@
+"""Trainer benchmarks: HF rollout throughput, and time / peak memory per training iteration.
+
+    python scripts/bench_train.py rollout [--model tiny|smollm2-135m] [--tokens 32]
+        tokens/s of the HF backend at batch 1 and 64 (free sampling, no stop token), and the
+        ratio batch-64 / batch-1 measured in the same process.
+    python scripts/bench_train.py iteration [--iterations 3] [hydra overrides ...]
+        runs the trainer (no evaluation) for a few iterations and prints the mean time per
+        iteration (wall and CPU, split rollout / credit / update) and the process's peak RSS.
+
+Torch runs on one thread unless ``--threads`` says otherwise (the trainer's default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import sys
+import tempfile
+import time
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def bench_rollout(args) -> dict:
+    import torch
+
+    from agentrl.backends.base import SamplingParams
+    from agentrl.backends.hf import HFBackend
+    from agentrl.models import load_model
+
+    model, tok, _ = load_model(args.model)
+    prompt = tok.apply_chat_template([{"role": "user", "content": "#####\n#OP_#\n#X__#\n#___#\n#####"}], add_generation_prompt=True, tokenize=False)
+    ids = tok(prompt, add_special_tokens=False)["input_ids"]
+    backend = HFBackend(model, tok.pad_token_id, max_batch_size=256)
+    out = {"model": args.model, "new_tokens": args.tokens, "prompt_tokens": len(ids), "threads": torch.get_num_threads()}
+    sp = SamplingParams(max_new_tokens=args.tokens, stop_token_ids=(), seed=0)
+    backend.generate([ids], SamplingParams(max_new_tokens=2, seed=0))  # warm-up
+    for batch in (1, 64):
+        times = []
+        for r in range(args.repeats):
+            t = time.perf_counter()
+            gens = backend.generate([ids] * batch, SamplingParams(**{**sp.__dict__, "seed": r}))
+            times.append(time.perf_counter() - t)
+        n = sum(len(g.token_ids) for g in gens)
+        out[f"tokens_per_s_batch{batch}"] = n / statistics.median(times)
+    out["ratio_batch64_over_batch1"] = out["tokens_per_s_batch64"] / out["tokens_per_s_batch1"]
+    out["peak_rss_mb"] = peak_rss_mb()
+    return out
+
+
+def bench_iteration(args) -> dict:
+    from hydra import compose, initialize_config_module
+
+    from agentrl.trainer import Trainer
+
+    overrides = ["trainer.eval_initial=false", "trainer.progress=false", "trainer.tensorboard=false", "trainer.plot=false",
+                 "env.eval_episodes=1", "trainer.checkpoint_every=0", f"trainer.iterations={args.iterations}",
+                 f"trainer.num_threads={args.threads}", *args.overrides]
+    with initialize_config_module("agentrl.configs", version_base=None):
+        cfg = compose("train", overrides=overrides)
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = Trainer(cfg, tmp)
+        rss_after_setup = peak_rss_mb()
+        try:
+            trainer.run()
+        finally:
+            trainer.close()
+        with open(f"{tmp}/metrics.jsonl") as fh:
+            rows = [json.loads(line) for line in fh]
+    train = [r for r in rows if r.get("phase") == "train"]
+    mean = lambda k: statistics.mean(r[k] for r in train)  # noqa: E731
+    out = {
+        "overrides": args.overrides,
+        "iterations": len(train),
+        "agent_steps_per_iteration": mean("train/agent_steps"),
+        "prompt_tokens_per_iteration": mean("train/prompt_tokens"),
+        "wall_s": {k: mean(f"time/{k}_s") for k in ("iteration", "rollout", "credit", "update")},
+        "cpu_s": {k: mean(f"cpu/{k}_s") for k in ("rollout", "credit", "update")},
+        "peak_rss_mb_after_setup": rss_after_setup,
+        "peak_rss_mb": peak_rss_mb(),
+    }
+    out["cpu_s"]["iteration"] = sum(out["cpu_s"].values())
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            out["peak_cuda_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    except ImportError:
+        pass
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="what", required=True)
+    r = sub.add_parser("rollout")
+    r.add_argument("--model", default="tiny")
+    r.add_argument("--tokens", type=int, default=32)
+    r.add_argument("--repeats", type=int, default=3)
+    r.add_argument("--threads", type=int, default=1)
+    it = sub.add_parser("iteration")
+    it.add_argument("--iterations", type=int, default=3)
+    it.add_argument("--threads", type=int, default=1)
+    it.add_argument("overrides", nargs="*")
+    args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(args.threads)
+    result = bench_rollout(args) if args.what == "rollout" else bench_iteration(args)
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
