@@ -70,6 +70,7 @@ def aggregate_learning(
             "auc": bootstrap_ci(curves.mean(axis=1), rng),
             "seeds": len(curves),
             "auc_by_seed": {r["seed"]: float(np.mean(r["curve"])) for r in rs},
+            "curve_by_seed": {r["seed"]: np.asarray(r["curve"]) for r in rs},
         }
     for (env, label), a in out.items():
         base = out.get((env, baseline))
@@ -78,6 +79,10 @@ def aggregate_learning(
         common = sorted(set(a["auc_by_seed"]) & set(base["auc_by_seed"]))
         diffs = np.array([a["auc_by_seed"][s] - base["auc_by_seed"][s] for s in common])
         a["auc_vs_baseline"] = bootstrap_ci(diffs, rng)
+        paired = np.stack([a["curve_by_seed"][s] - base["curve_by_seed"][s] for s in common])
+        boots = paired[rng.integers(0, len(paired), size=(n_boot, len(paired)))].mean(axis=1)
+        lo, hi = np.quantile(boots, [0.025, 0.975], axis=0)
+        a["vs_baseline"] = {"mean": paired.mean(axis=0), "low": lo, "high": hi}
     return out
 
 
@@ -237,8 +242,12 @@ def plot_fidelity(
     plt.close(fig)
 
 
-def plot_learning(agg: dict, envs: Sequence[str], order: Sequence[str], path: Path) -> None:
-    """Exact success probability vs episodes, mean over seeds with a 95% bootstrap band."""
+def plot_learning(
+    agg: dict, envs: Sequence[str], order: Sequence[str], path: Path, baseline: str = "grpo"
+) -> None:
+    """Top: exact success probability vs episodes, mean over seeds with a 95% bootstrap band.
+    Bottom: the paired difference from ``baseline`` (same seed), which removes the spread
+    between task sets that dominates the top bands."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -246,31 +255,35 @@ def plot_learning(agg: dict, envs: Sequence[str], order: Sequence[str], path: Pa
 
     labels = _order([k[1] for k in agg], order)
     style = _style(labels)
-    fig, axes = plt.subplots(1, len(envs), figsize=(6 * len(envs), 4.2), squeeze=False)
+    fig, axes = plt.subplots(2, len(envs), figsize=(6 * len(envs), 8.0), squeeze=False)
     for ei, e in enumerate(envs):
-        ax = axes[0][ei]
+        top, bottom = axes[0][ei], axes[1][ei]
         for lab in labels:
             a = agg.get((e, lab))
             if a is None:
                 continue
             st = style[lab]
-            ax.plot(
-                a["episodes"],
-                a["mean"],
-                label=lab,
-                color=st["color"],
-                linestyle=st["linestyle"],
-                linewidth=1.4,
-            )
-            ax.fill_between(a["episodes"], a["low"], a["high"], color=st["color"], alpha=0.12)
-        ax.set_title(f"{e}: tabular softmax policy gradient", fontsize=10)
-        ax.set_xlabel("episodes")
-        ax.set_ylabel("exact success probability (mean over tasks)")
-        ax.set_ylim(0, 1.02)
-        ax.grid(alpha=0.3)
-    axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
+            line = {"color": st["color"], "linestyle": st["linestyle"], "linewidth": 1.4}
+            top.plot(a["episodes"], a["mean"], label=lab, **line)
+            top.fill_between(a["episodes"], a["low"], a["high"], color=st["color"], alpha=0.08)
+            d = a.get("vs_baseline")
+            if d is not None:
+                bottom.plot(a["episodes"], d["mean"], label=lab, **line)
+                bottom.fill_between(
+                    a["episodes"], d["low"], d["high"], color=st["color"], alpha=0.08
+                )
+        top.set_title(f"{e}: tabular softmax policy gradient", fontsize=10)
+        top.set_ylabel("exact success probability (mean over tasks)")
+        top.set_ylim(0, 1.02)
+        bottom.axhline(0.0, color="black", linewidth=0.8)
+        bottom.set_title(f"{e}: paired difference from {baseline} (same seeds)", fontsize=10)
+        bottom.set_ylabel(f"success minus {baseline}'s")
+        for ax in (top, bottom):
+            ax.set_xlabel("episodes")
+            ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 
