@@ -43,11 +43,10 @@ def import_engine() -> Any:
     try:
         import textworld
         from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
-        from fast_downward import close_lib
         from textworld.envs import PddlEnv
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise ImportError(f"{_INSTALL_HINT} ({exc})") from exc
-    return textworld, PddlEnv, AlfredDemangler, close_lib
+    return textworld, PddlEnv, AlfredDemangler
 
 
 @contextlib.contextmanager
@@ -94,18 +93,17 @@ class Engine:
     """One ALFWorld game engine: ``PddlEnv`` wrapped in alfworld's ``AlfredDemangler``.
 
     Each instance holds its own copy of Fast Downward's library (that is how ``PddlEnv`` keeps
-    games in one process apart); :meth:`close` unloads it.
+    games in one process apart); :meth:`close` frees the game state in it.
     """
 
     #: Translations kept per engine (two per game: plain and optimised for replanning).
     TRANSLATIONS_KEPT = 4
 
     def __init__(self) -> None:
-        textworld, PddlEnv, AlfredDemangler, close_lib = import_engine()
+        textworld, PddlEnv, AlfredDemangler = import_engine()
         infos = textworld.EnvInfos(admissible_commands=True, won=True)
         self._pddl = PddlEnv(infos)
         self._env = AlfredDemangler(self._pddl, shuffle=False)
-        self._close_lib = close_lib
         self.path: str | None = None
         self.data: dict[str, Any] | None = None
         self._translations: OrderedDict[tuple, Any] = OrderedDict()
@@ -169,8 +167,12 @@ class Engine:
             return list(self._pddl._pddl_state.replan(self._pddl._entity_infos))
 
     def close(self) -> None:
+        """Free the game's planner state. The library copy stays mapped until the process
+        exits: unloading copies (``fast_downward.close_lib``) made later loads of a new copy
+        segfault in ``dlopen`` (observed here in 4 of 5 runs), so it is never unloaded."""
         lib = getattr(self._pddl, "downward_lib", None)
         if lib is not None:
             with contextlib.suppress(Exception):
-                self._close_lib(lib)
-            self._pddl.downward_lib = None
+                lib.cleanup()
+        self.path = self.data = None
+        self._translations.clear()

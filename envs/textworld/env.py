@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ _TEST_SEED_OFFSET = 1_000_000
 _PROMPT = re.compile(r"\n>[^\n]*$")  # Inform 7's prompt and status line after the feedback
 _BANNER_LINE = re.compile(r"^[\s$|\\/_>]*$")  # lines of the ASCII-art banner
 _SPACES = re.compile(r"\s+")
-_MAX_COMMAND = 512
+_MAX_COMMAND = 190  # Jericho truncates commands longer than 198 bytes; longer ones are not sent
 
 
 def _default_cache_dir() -> Path:
@@ -184,7 +185,10 @@ class TextWorldEnv(TextEnv):
             self._env.close()
             self._env = None
         try:
-            self._env = textworld.start(str(path), request_infos=infos)
+            with warnings.catch_warnings():
+                # Jericho cannot list valid actions of TextWorld games; TextWorld supplies them.
+                warnings.filterwarnings("ignore", message="Unable to find valid actions")
+                self._env = textworld.start(str(path), request_infos=infos)
         except Exception as exc:
             raise ValueError(
                 f"{path}: TextWorld cannot load this game ({type(exc).__name__}: {exc})"
@@ -199,7 +203,7 @@ class TextWorldEnv(TextEnv):
         command = _SPACES.sub(" ", action).strip() if isinstance(action, str) else ""
         canonical = {c.lower(): c for c in self._gs["admissible_commands"] or []}
         valid = command.lower() in canonical
-        if not command or len(command) > _MAX_COMMAND:
+        if not command or len(command.encode("utf-8", "replace")) > _MAX_COMMAND:
             # not a command (empty, overlong or not text): not sent to the game; nothing changes
             self._obs = "Nothing happens."
             won, lost = bool(self._gs["won"]), bool(self._gs["lost"])
