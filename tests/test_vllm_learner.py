@@ -145,3 +145,28 @@ def test_lora_learner_sync_merged(engine, policy, pool):
         base.load_state_dict(initial)
         with torch.no_grad():
             engine.update_weights(base.state_dict())
+
+
+def test_prompt_longer_than_the_engine_context_ends_the_episode_truncated(engine, policy, pool):
+    _, tok, _ = policy
+    long_prefix = "Current observation, described at length: " + "the wall " * 400  # ~800 tokens
+    builder = PromptBuilder(
+        tok, PromptConfig(history=1, max_prompt_tokens=100_000, observation_prefix=long_prefix)
+    )
+    resets = [ResetSpec(group=0, seed=7), ResetSpec(group=1, seed=8)]
+    episodes = run_episodes(
+        pool,
+        engine,
+        builder,
+        ActionFormat(),
+        resets,
+        SamplingParams(max_new_tokens=4, seed=0),
+        max_steps=3,
+    )
+    for ep in episodes:
+        # the first prompt fits; the second, with one turn of history, does not: cut there
+        assert ep.truncated and not ep.terminated and len(ep.steps) == 1
+        assert ep.error.startswith("prompt_too_long")
+        assert all(len(s.response_ids) > 0 for s in ep.steps)
+    _batch, seqs = to_step_batch(episodes)
+    assert len(seqs) == 2

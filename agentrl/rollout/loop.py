@@ -162,6 +162,24 @@ def run_episodes(
         gens = backend.generate(prompts, step_sampling, allowed)
         t2 = time.perf_counter()
         stats.engine_calls += 1
+        # [vLLM hook] A prompt the engine could not take (longer than its context; the Generation
+        # says so in extra["truncated"], see backends/vllm_engine.py) ends its episode truncated,
+        # with the reason in ep.error, without stepping its env.
+        cut = {j for j, g in enumerate(gens) if g.extra.get("truncated")}
+        if cut:
+            for j in cut:
+                ep = episodes[live[j]]
+                ep.truncated = True
+                ep.error = f"{gens[j].extra['truncated']} ({len(prompts[j])} prompt tokens)"
+            kept = [j for j in range(len(live)) if j not in cut]
+            live, prompts, gens = [live[j] for j in kept], [prompts[j] for j in kept], [gens[j] for j in kept]
+            action_of = [action_of[j] for j in kept]
+            if allowed is not None:
+                allowed = [allowed[j] for j in kept]
+            if not live:
+                stats.prompt_s += t1 - t0
+                stats.generate_s += t2 - t1
+                break
         actions, parsed = [], []
         for j, g in enumerate(gens):
             text = tokenizer.decode(g.token_ids, skip_special_tokens=True)
