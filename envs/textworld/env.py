@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,15 @@ def _default_cache_dir() -> Path:
         return Path(os.environ["AGENTRL_CACHE_DIR"]).expanduser() / "textworld"
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return base / "agentrl" / "textworld"
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence Jericho's warning that it cannot list valid actions of TextWorld games (it says so
+    on every reset and step; TextWorld's state tracker supplies the admissible commands)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Unable to find valid actions")
+        yield
 
 
 def clean_feedback(text: str) -> str:
@@ -163,7 +174,8 @@ class TextWorldEnv(TextEnv):
         if self._env is None or self._loaded != str(path):
             self._start(path)
         self._task_id = task_id
-        self._gs = self._env.reset()
+        with _quiet():
+            self._gs = self._env.reset()
         self._steps = 0
         self._obs = clean_feedback(self._gs.feedback)
         return self._obs, self._info(True)
@@ -185,9 +197,7 @@ class TextWorldEnv(TextEnv):
             self._env.close()
             self._env = None
         try:
-            with warnings.catch_warnings():
-                # Jericho cannot list valid actions of TextWorld games; TextWorld supplies them.
-                warnings.filterwarnings("ignore", message="Unable to find valid actions")
+            with _quiet():
                 self._env = textworld.start(str(path), request_infos=infos)
         except Exception as exc:
             raise ValueError(
@@ -209,7 +219,8 @@ class TextWorldEnv(TextEnv):
             won, lost = bool(self._gs["won"]), bool(self._gs["lost"])
             truncated = not (won or lost) and self._steps >= self.max_steps
             return self._obs, 0.0, won or lost, truncated, self._info(False)
-        self._gs, _, _ = self._env.step(canonical.get(command.lower(), command))
+        with _quiet():
+            self._gs, _, _ = self._env.step(canonical.get(command.lower(), command))
         self._obs = clean_feedback(self._gs.feedback)
         won, lost = bool(self._gs["won"]), bool(self._gs["lost"])
         reward = float(int(self._gs["score"] or 0) - before)
