@@ -285,6 +285,21 @@ def _engine_call_context(cpu: bool) -> Iterator[None]:
         torch._dynamo.config.disable = before
 
 
+@contextlib.contextmanager
+def _env(name: str, value: str) -> Iterator[None]:
+    """Set an environment variable for the block only (it must not leak into subprocesses the
+    user starts later, e.g. a ``vllm serve``)."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
 @dataclass
 class _RNGState:
     """The process's global random states (python, numpy, torch CPU and CUDA)."""
@@ -371,8 +386,7 @@ class VLLMBackend:
             raise TypeError("pass either a VLLMConfig or keyword settings, not both")
         self.config = config
         hf_cfg = _read_hf_config(config.model)
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        if os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] != "0":
+        if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "0") != "0":
             raise RuntimeError(
                 "VLLMBackend needs the in-process engine: unset VLLM_ENABLE_V1_MULTIPROCESSING "
                 "or set it to 0"
@@ -488,7 +502,7 @@ class VLLMBackend:
         rng = _RNGState.save()  # an in-process engine reseeds the global RNGs with its seed
         t0 = time.perf_counter()
         try:
-            with _engine_call_context(self._cpu):
+            with _engine_call_context(self._cpu), _env("VLLM_ENABLE_V1_MULTIPROCESSING", "0"):
                 llm = LLM(**kwargs)
                 self._llm = llm
                 self._warm_up(llm)
