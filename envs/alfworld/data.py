@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .engine import GameFileError
+from .engine import Engine, GameFileError
 from .generate import GENERATOR_VERSION, JSON_DIR, Generator, find_trial
 from .tasks import SPLITS, TASK_TYPES
 
@@ -209,7 +209,6 @@ class GeneratedGames:
                 raise ValueError(f"generated games per type must be >= 0, got {n} for {s}")
         self.seed = int(seed)
         self.max_plan_steps = int(max_plan_steps)
-        self._gen: Generator | None = None
 
     def games(self, split: str) -> list[GameRef]:
         if split not in SPLITS:
@@ -237,18 +236,19 @@ class GeneratedGames:
             )
         return self._ref(parts[0], parts[1], int(parts[2]))
 
-    def resolve(self, ref: GameRef) -> GameRef:
-        """The game's trial directory, generating the game first if it is not in the cache."""
+    def resolve(self, ref: GameRef, engine: Engine | None = None) -> GameRef:
+        """The game's trial directory, generating the game first if it is not in the cache.
+
+        ``engine``: play the new game on this engine (the env's), whose translation memory then
+        already holds the game when the env loads it.
+        """
         split, task_type, k = ref.split, ref.task_type, int(ref.task_id.rsplit("/", 1)[1])
         trial = find_trial(self.root / split, task_type, self.seed, k)
         if trial is None:
-            if self._gen is None:
-                self._gen = Generator(self.max_plan_steps)
-            spec, plan = self._gen.make(task_type, split, self.seed, k)
-            trial = self._gen.write(spec, plan, self.root / split, self.seed, k, split)
+            gen = Generator(self.max_plan_steps, engine=engine)
+            try:
+                spec, plan = gen.make(task_type, split, self.seed, k)
+                trial = gen.write(spec, plan, self.root / split, self.seed, k, split)
+            finally:
+                gen.close()
         return GameRef(ref.task_id, split, task_type, trial)
-
-    def close(self) -> None:
-        if self._gen is not None:
-            self._gen.close()
-            self._gen = None

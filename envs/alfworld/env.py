@@ -128,11 +128,15 @@ class ALFWorldEnv(TextEnv):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         ref = self._pick(seed, dict(options or {}))
-        if isinstance(self.games, GeneratedGames):
-            ref = self.games.resolve(ref)
         if self._engine is None:
             self._engine = Engine()
-        if self._ref is None or ref.trial_dir != self._ref.trial_dir:
+        if isinstance(self.games, GeneratedGames):
+            ref = self.games.resolve(ref, engine=self._engine)  # may play a new game on it
+        if (
+            self._ref is None
+            or ref.trial_dir != self._ref.trial_dir
+            or self._engine.path != str(ref.game_file)
+        ):
             self._ref = None  # stays unset if loading fails
             traj = read_traj(ref.traj_file)
             game = read_game(ref.game_file)
@@ -230,5 +234,3 @@ class ALFWorldEnv(TextEnv):
             self._engine.close()
             self._engine = None
         self._ref = None
-        if isinstance(self.games, GeneratedGames):
-            self.games.close()

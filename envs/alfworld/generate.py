@@ -145,7 +145,7 @@ class GameSpec:
 class Generator:
     """Draws and verifies games. Holds the package's rules and scenes and one engine."""
 
-    def __init__(self, max_plan_steps: int = 30):
+    def __init__(self, max_plan_steps: int = 30, engine: Engine | None = None):
         import alfworld.gen.goal_library as goal_library
         from alfworld.info import ALFRED_PDDL_PATH, ALFRED_TWL2_PATH
 
@@ -155,7 +155,8 @@ class Generator:
         self.goals = goal_library.gdict
         self.domain = Path(ALFRED_PDDL_PATH).read_text()
         self.grammar = Path(ALFRED_TWL2_PATH).read_text()
-        self._engine: Engine | None = None
+        self._engine: Engine | None = engine
+        self._own_engine = engine is None  # a borrowed engine (the env's) is not closed here
 
     # -- drawing -----------------------------------------------------------------------------
     def scene_pool(self, task_type: str, split: str) -> list[Scene]:
@@ -445,9 +446,9 @@ class Generator:
         return trial
 
     def close(self) -> None:
-        if self._engine is not None:
+        if self._engine is not None and self._own_engine:
             self._engine.close()
-            self._engine = None
+        self._engine = None
 
 
 def _unique_locations(recs) -> dict[str, str]:
