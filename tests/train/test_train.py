@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -30,7 +31,8 @@ def _rows(path):
 
 def test_every_credit_module_has_a_config():
     assert set(credit.available()) <= set(options("credit"))
-    proc = subprocess.run([sys.executable, "scripts/gen_credit_configs.py", "--check"], capture_output=True, text=True)
+    script = Path(__file__).resolve().parents[2] / "scripts" / "gen_credit_configs.py"
+    proc = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -108,7 +110,7 @@ def test_malformed_config_fails_naming_the_key(override, key):
 
 def test_cli_rejects_a_bad_value_before_any_work(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "agentrl.train", "trainer.lr=-0.5", f"output_dir={out}"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "agentrl.train", "trainer.lr=-0.5", f"output_dir={out}"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 2
     assert "trainer.lr must be > 0" in proc.stderr
     assert not out.exists()
