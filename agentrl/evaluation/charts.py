@@ -37,12 +37,14 @@ def plot_bars(
     path: str | Path | None = None,
     labels: Sequence[str] | None = None,
     title: str | None = None,
+    max_width: float = 16.0,
 ) -> Figure:
     """Bars of success % per env and category (plus each env's ``all``), one bar per report,
     with the reports' Wilson intervals as error bars and the value written on each bar.
 
     Several reports (e.g. ``random`` vs ``expert`` vs a trained model) share the axes; ``labels``
-    names them in the legend (default: ``meta["agent"]`` or ``report i``).
+    names them in the legend (default: ``meta["agent"]`` or ``report i``). Envs sit side by
+    side, or one per row when that would be wider than ``max_width`` inches.
     """
     from matplotlib.figure import Figure
 
@@ -56,8 +58,16 @@ def plot_bars(
     cats = {e: list(dict.fromkeys(c for r in reports if e in r.envs for c in r.categories(e))) + [ALL] for e in envs}
     width_units = [len(cats[e]) for e in envs]
     per_cat = 0.55 + 0.45 * len(reports)
-    fig = Figure(figsize=(max(5.0, 1.2 + per_cat * sum(width_units)), 4.2), layout="constrained")
-    axes = fig.subplots(1, len(envs), squeeze=False, width_ratios=width_units)[0]
+    wide = 1.2 + per_cat * sum(width_units)
+    stacked = wide > max_width and len(envs) > 1
+    if not stacked:  # envs side by side
+        fig = Figure(figsize=(max(5.0, wide), 4.2), layout="constrained")
+        axes = list(fig.subplots(1, len(envs), squeeze=False, width_ratios=width_units)[0])
+    else:  # one env per row, so the chart stays readable
+        fig = Figure(figsize=(max(5.0, 1.2 + per_cat * max(width_units)), 3.4 * len(envs)), layout="constrained")
+        axes = list(fig.subplots(len(envs), 1, squeeze=False)[:, 0])
+        for ax in axes:
+            ax.set_xlim(-0.6, max(width_units) - 0.4)
     bar_w = 0.8 / len(reports)
     colors = [f"C{i}" for i in range(len(reports))]
     for ax, env in zip(axes, envs):
@@ -89,7 +99,8 @@ def plot_bars(
         ax.set_title(env, fontsize=10)
         ax.grid(axis="y", alpha=0.3)
         ax.set_axisbelow(True)
-    axes[0].set_ylabel("success % (95% Wilson CI)")
+    for ax in axes if stacked else axes[:1]:
+        ax.set_ylabel("success % (95% Wilson CI)")
     if len(reports) > 1:
         from matplotlib.patches import Patch
 

@@ -203,3 +203,16 @@ def test_long_tick_labels_wrap_without_losing_text(label):
     wrapped = _wrap(label)
     assert wrapped.replace("\n", "") == label
     assert all(len(line) <= 15 for line in wrapped.splitlines()) or "\n" not in wrapped
+
+
+def test_stacked_chart_layout_draws_the_same_bars(tmp_path):
+    from matplotlib.container import BarContainer
+
+    r = summarize(RECORDS)
+    fig = plot_bars([r], tmp_path / "s.png", max_width=1.0)  # too narrow: one env per row
+    axes = fig.axes
+    assert len(axes) == 2 and axes[0].get_position().x0 == pytest.approx(axes[1].get_position().x0)
+    for ax, env in zip(axes, ["A", "B"]):
+        (bars,) = [c for c in ax.containers if isinstance(c, BarContainer)]
+        cats = r.categories(env) + [ALL]
+        assert [p.get_height() for p in bars.patches] == pytest.approx([100 * r.get(env, c).success_rate for c in cats])
