@@ -118,6 +118,7 @@ RULES: dict[str, Callable[[Any], str | None]] = {
     "model.max_new_tokens": _int(1),
     "model.max_prompt_tokens": _int(1),
     "model.constrained": _bool,
+    "model.gradient_checkpointing": _bool,
     "rollout.backend": _choice("hf", "vllm"),
     "rollout.tasks_per_iter": _int(1),
     "rollout.group_size": _int(1),
@@ -128,6 +129,7 @@ RULES: dict[str, Callable[[Any], str | None]] = {
     "rollout.eval_temperature": _num(0),
     "rollout.constrained": _bool,
     "rollout.max_batch_size": _int(1),
+    "rollout.max_batch_tokens": _optional(_int(1)),
     "rollout.embedding_layer": _optional(_int()),
     "rollout.prompt.instruction": _bool,
     "rollout.prompt.history": _int(-1),
@@ -145,6 +147,7 @@ RULES: dict[str, Callable[[Any], str | None]] = {
     "trainer.epochs": _int(1),
     "trainer.minibatch_size": _int(1),
     "trainer.micro_batch_size": _int(1),
+    "trainer.micro_batch_tokens": _optional(_int(1)),
     "trainer.clip_low": _num(0, 1, hi_open=True),
     "trainer.clip_high": _num(0),
     "trainer.loss_agg": _choice("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"),
@@ -169,7 +172,8 @@ RULES: dict[str, Callable[[Any], str | None]] = {
 }
 
 #: Keys a config may omit (their defaults apply).
-OPTIONAL = {"env.eval_seed_base", "rollout.embedding_layer", "credit.value_head", "credit.embedding_layer", "trainer.num_threads"}
+OPTIONAL = {"env.eval_seed_base", "rollout.embedding_layer", "rollout.max_batch_tokens", "credit.value_head", "credit.embedding_layer",
+            "trainer.num_threads", "trainer.micro_batch_tokens", "model.gradient_checkpointing"}
 
 
 def _get(cfg: DictConfig, key: str) -> Any:

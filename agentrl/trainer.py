@@ -90,13 +90,17 @@ class Trainer:
         device = ("cuda" if torch.cuda.is_available() else "cpu") if t.device == "auto" else t.device
         tiny = OmegaConf.to_container(cfg.model.tiny, resolve=True) if cfg.model.get("tiny") else None
         model, tok, path = load_model(cfg.model.name, tiny=tiny, dtype=cfg.model.dtype, device=device)
+        if cfg.model.get("gradient_checkpointing", False):
+            # Recompute each layer's activations in the backward pass: memory per token drops
+            # from every layer's activations to one layer's (used by model=smollm2-135m).
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if cfg.model.lora.enabled:
             lo = cfg.model.lora
             model = apply_lora(model, r=int(lo.r), alpha=float(lo.alpha), dropout=float(lo.dropout), target_modules=OmegaConf.to_container(lo.target_modules) if OmegaConf.is_list(lo.target_modules) else lo.target_modules)
         self.model, self.tokenizer, self.model_path = model, tok, path
         lc = LearnerConfig(
             lr=t.lr, weight_decay=t.weight_decay, epochs=t.epochs, minibatch_size=t.minibatch_size,
-            micro_batch_size=t.micro_batch_size, clip_low=t.clip_low, clip_high=t.clip_high, loss_agg=t.loss_agg,
+            micro_batch_size=t.micro_batch_size, micro_batch_tokens=t.get("micro_batch_tokens"), clip_low=t.clip_low, clip_high=t.clip_high, loss_agg=t.loss_agg,
             max_grad_norm=t.max_grad_norm, kl_coef=t.kl_coef, kl_estimator=t.kl_estimator, entropy_coef=t.entropy_coef,
             value_coef=t.value_coef, value_lr=t.value_lr, value_clip=t.value_clip, temperature=cfg.rollout.temperature, dtype=t.dtype,
         )

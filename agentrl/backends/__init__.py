@@ -25,7 +25,9 @@ def make_backend(cfg: Any, model: Any, tokenizer: Any, *, model_path: str | None
     if name == "hf":
         from .hf import HFBackend
 
-        return HFBackend(model, pad_token_id=tokenizer.pad_token_id, max_batch_size=int(cfg.get("max_batch_size", 256)), seed=seed)
+        tokens = cfg.get("max_batch_tokens", None)
+        return HFBackend(model, pad_token_id=tokenizer.pad_token_id, max_batch_size=int(cfg.get("max_batch_size", 256)), seed=seed,
+                         max_batch_tokens=None if tokens is None else int(tokens))
     if name == "vllm":
         try:
             from .vllm_engine import VLLMBackend

@@ -36,15 +36,18 @@ class HFBackend:
             needed after an update (``update_weights`` is then a no-op).
         pad_token_id: the tokenizer's pad id (left padding).
         max_batch_size: requests per forward pass; larger calls are processed in chunks.
+        max_batch_tokens: also cap a chunk's padded prompt tokens (bounds the KV cache and the
+            prefill's activations for long prompts); ``None``: no cap.
         seed: seeds the fallback generator used when ``sampling.seed`` is ``None``.
     """
 
-    def __init__(self, model: torch.nn.Module, pad_token_id: int, max_batch_size: int = 256, seed: int = 0):
+    def __init__(self, model: torch.nn.Module, pad_token_id: int, max_batch_size: int = 256, seed: int = 0, max_batch_tokens: int | None = None):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         self.model = model
         self.pad_token_id = int(pad_token_id)
         self.max_batch_size = int(max_batch_size)
+        self.max_batch_tokens = None if max_batch_tokens is None else int(max_batch_tokens)
         self._rng = np.random.default_rng(seed)
         self.tokens_generated = 0
 
@@ -80,12 +83,26 @@ class HFBackend:
         out: list[Generation | None] = [None] * n
         # Chunks of similar prompt length waste less padding.
         order = sorted(range(n), key=lambda i: len(prompts[i]))
-        for start in range(0, n, self.max_batch_size):
-            idx = order[start : start + self.max_batch_size]
+        for idx in self._chunks(order, [len(p) + sampling.max_new_tokens for p in prompts]):
             gens = self._generate_chunk([prompts[i] for i in idx], sampling, [tries[i] for i in idx], uniforms[idx])
             for i, g in zip(idx, gens):
                 out[i] = g
         return out  # type: ignore[return-value]
+
+    def _chunks(self, order: list[int], lengths: list[int]) -> list[list[int]]:
+        """Consecutive chunks of ``order`` (ascending length) within the request and token caps."""
+        chunks: list[list[int]] = []
+        cur: list[int] = []
+        for i in order:
+            too_many = len(cur) >= self.max_batch_size
+            too_long = self.max_batch_tokens is not None and cur and (len(cur) + 1) * lengths[i] > self.max_batch_tokens
+            if too_many or too_long:
+                chunks.append(cur)
+                cur = []
+            cur.append(i)
+        if cur:
+            chunks.append(cur)
+        return chunks
 
     def _uniforms(self, n: int, sampling: SamplingParams) -> np.ndarray:
         k = sampling.max_new_tokens

@@ -48,6 +48,7 @@ class LearnerConfig:
     epochs: int = 2
     minibatch_size: int = 256
     micro_batch_size: int = 64
+    micro_batch_tokens: int | None = None  # also cap a micro-batch's padded tokens
     clip_low: float = 0.2
     clip_high: float = 0.2
     loss_agg: str = "token-mean"
@@ -264,10 +265,26 @@ class Learner:
         return acc
 
     def _micro_batches(self, seqs: Sequence[StepSequence], rows: np.ndarray) -> list[list[int]]:
-        """Split ``rows`` into micro-batches of similar total length (less padding)."""
+        """Split ``rows`` into micro-batches of similar length (less padding), at most
+        ``micro_batch_size`` sequences and (if set) ``micro_batch_tokens`` padded tokens each."""
         order = sorted((int(i) for i in rows), key=lambda i: len(seqs[i].prompt_ids) + len(seqs[i].response_ids))
         size = max(1, self.cfg.micro_batch_size)
-        return [order[s : s + size] for s in range(0, len(order), size)]
+        budget = self.cfg.micro_batch_tokens
+        out: list[list[int]] = []
+        cur: list[int] = []
+        P = R = 0
+        for i in order:
+            p, r = len(seqs[i].prompt_ids), max(1, len(seqs[i].response_ids))
+            width = max(P, p) + max(R, r)
+            if cur and (len(cur) >= size or (budget is not None and (len(cur) + 1) * width > budget)):
+                out.append(cur)
+                cur, P, R = [], 0, 0
+                width = p + r
+            cur.append(i)
+            P, R = max(P, p), max(R, r)
+        if cur:
+            out.append(cur)
+        return out
 
     # -- checkpoints ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
