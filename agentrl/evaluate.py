@@ -118,8 +118,9 @@ def evaluate(cfg: DictConfig) -> Report:
 def main(cfg: DictConfig) -> None:
     try:
         report = evaluate(cfg)
-    except (EvaluationError, ValueError) as exc:
-        print(f"evaluation failed: {exc}", file=sys.stderr)
+    except (EvaluationError, ValueError, KeyError, FileNotFoundError, ImportError) as exc:
+        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc  # no repr quotes
+        print(f"evaluation failed: {msg}", file=sys.stderr)
         if isinstance(exc, EvaluationError) and exc.records:
             print(f"{len(exc.records)} finished episodes written to {Path(cfg.output_dir) / 'results.partial.json'}",
                   file=sys.stderr)

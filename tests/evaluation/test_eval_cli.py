@@ -70,7 +70,12 @@ def test_cli_twice_gives_identical_results(tmp_path):
     assert "success %" in a.stdout and "results:" in a.stdout
 
 
-def test_cli_reports_bad_config(tmp_path):
-    res = run_cli(tmp_path, "agent=random", "split=valid")
+@pytest.mark.parametrize(("overrides", "message"), [
+    (("agent=random", "split=valid"), "Sokoban has splits 'train' and 'test'"),
+    (("agent=random", "env.id=Nope-v0"), "unknown environment 'Nope-v0'"),
+])
+def test_cli_reports_bad_config(tmp_path, overrides, message):
+    res = run_cli(tmp_path, *overrides)
     assert res.returncode == 1
-    assert "evaluation failed" in res.stderr and "splits" in res.stderr
+    assert "evaluation failed" in res.stderr and message in res.stderr
+    assert "Traceback" not in res.stderr
