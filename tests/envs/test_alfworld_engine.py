@@ -140,6 +140,22 @@ def test_expert_wins_every_game_within_50_steps(env):
             assert info["milestones"][-1] in ("placed", "looked", "placed_2")
 
 
+def test_fast_downward_planner_expert(alf_data):
+    """The package's planner expert (Fast Downward's replanner) on the small-room task types; it
+    is exact but slow on kitchens with heat/cool/clean, hence not the default."""
+    e = ALFWorldEnv(data_dir=str(alf_data), expert="planner", task_types=["Pick", "Look"])
+    for tid in e.task_ids("train"):
+        e.reset(options={"task_id": tid})
+        for _ in range(20):
+            _, _, terminated, _, info = e.step(e.expert_action())
+            if terminated:
+                break
+        assert info["won"], tid
+    e.close()
+    with pytest.raises(ValueError, match="expert"):
+        ALFWorldEnv(data_dir=str(alf_data), expert="psychic")
+
+
 def test_invalid_commands_change_nothing(env):
     obs0, info0 = env.reset(options={"task_id": env.task_ids("train")[0]})
     for bad in ("fly to the moon", "go to", "take", "x" * 5000, 12345, "GO   TO  nowhere"):
