@@ -22,6 +22,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -245,10 +247,16 @@ class GeneratedGames:
         split, task_type, k = ref.split, ref.task_type, int(ref.task_id.rsplit("/", 1)[1])
         trial = find_trial(self.root / split, task_type, self.seed, k)
         if trial is None:
+            t0 = time.perf_counter()
             gen = Generator(self.max_plan_steps, engine=engine)
             try:
                 spec, plan = gen.make(task_type, split, self.seed, k)
                 trial = gen.write(spec, plan, self.root / split, self.seed, k, split)
             finally:
                 gen.close()
+            print(
+                f"ALFWorld: made game {ref.task_id} in {time.perf_counter() - t0:.1f} s "
+                f"(first use; cached in {self.out})",
+                file=sys.stderr,
+            )
         return GameRef(ref.task_id, split, task_type, trial)

@@ -96,7 +96,7 @@ def test_alfworlds_own_loader_finds_our_games(alf_data):
     assert AlfredTWEnv(config, train_eval="eval_in_distribution").num_games == 2
 
 
-def test_official_layout_loader(env, alf_data):
+def test_official_layout_loader(env, alf_data, monkeypatch):
     train = env.task_ids("train")
     assert len(train) == 6
     # the fixed order interleaves task types in the canonical order
@@ -112,7 +112,7 @@ def test_official_layout_loader(env, alf_data):
         "pick_heat_then_place_in_recep"
     ]
     # $ALFWORLD_DATA-style values are expanded
-    os.environ["AGENTRL_TEST_ALFDATA"] = str(alf_data)
+    monkeypatch.setenv("AGENTRL_TEST_ALFDATA", str(alf_data))
     assert ALFWorldEnv(data_dir="$AGENTRL_TEST_ALFDATA").task_ids("valid_seen") == env.task_ids(
         "valid_seen"
     )
@@ -309,7 +309,7 @@ def test_generator_is_deterministic_across_processes(tmp_path):
             "--splits",
             "valid_seen",
             "--task-types",
-            "Cool",
+            "Look",
             "--quiet",
         ]
         run = subprocess.run(
