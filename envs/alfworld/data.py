@@ -20,6 +20,7 @@ first time it is asked for (deterministic for the seed, so concurrent workers ag
 from __future__ import annotations
 
 import json
+import operator
 import os
 import re
 import sys
@@ -205,10 +206,18 @@ class GeneratedGames:
         self.out = base / f"generated-v{GENERATOR_VERSION}-seed{seed}-plan{max_plan_steps}"
         self.root = self.out / JSON_DIR
         self.task_types = task_types
-        self.per_type = {s: int(per_type.get(s, 0)) for s in SPLITS}
-        for s, n in self.per_type.items():
-            if n < 0:
-                raise ValueError(f"generated games per type must be >= 0, got {n} for {s}")
+        self.per_type = {}
+        for s in SPLITS:
+            n = per_type.get(s, 0)
+            try:
+                ok = not isinstance(n, bool) and operator.index(n) >= 0
+            except TypeError:
+                ok = False
+            if not ok:
+                raise ValueError(
+                    f"generated[{s!r}] (games per task type) must be an integer >= 0, got {n!r}"
+                )
+            self.per_type[s] = operator.index(n)
         self.seed = int(seed)
         self.max_plan_steps = int(max_plan_steps)
 

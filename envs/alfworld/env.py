@@ -128,6 +128,7 @@ class ALFWorldEnv(TextEnv):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         ref = self._pick(seed, dict(options or {}))
+        self._reset_state()  # a reset that fails leaves no half-started episode to step
         if self._engine is None:
             self._engine = Engine()
         if isinstance(self.games, GeneratedGames):
@@ -144,7 +145,6 @@ class ALFWorldEnv(TextEnv):
             self._task = Task.from_params(traj["task_type"], traj["pddl_params"])
             self._game, self._ref = game, ref
             self._statics = None
-        self._reset_state()
         self._gs = self._engine.reset()
         facts = facts_of(self._gs["_facts"])
         if self._statics is None:

@@ -291,3 +291,34 @@ def test_read_traj_errors(tmp_path):
 def test_interleave_balances_task_types():
     got = _interleave({"a": [1, 2, 3], "b": [10], "c": [20, 21]}, ("a", "b", "c"))
     assert got == [1, 10, 20, 2, 21, 3]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"generated": {"train": "x"}}, "integer >= 0"),
+        ({"generated": {"train": -1}}, "integer >= 0"),
+        ({"generated": {"test": 5}}, "unknown split"),
+        ({"max_steps": 0}, "max_steps"),
+        ({"train_split": "dev"}, "train_split"),
+        ({"expert": "psychic"}, "expert"),
+        ({"task_types": ["Boil"]}, "unknown ALFWorld task type"),
+    ],
+)
+def test_bad_config_values_are_named(kwargs, message, tmp_path):
+    from envs.alfworld import ALFWorldEnv
+
+    with pytest.raises(ValueError, match=message):
+        ALFWorldEnv(cache_dir=str(tmp_path), **kwargs)
+
+
+def test_generated_task_ids_are_listed_without_making_games(tmp_path):
+    from envs.alfworld import ALFWorldEnv
+
+    env = ALFWorldEnv(cache_dir=str(tmp_path), generated={"train": 2, "valid_seen": 1})
+    assert env.task_ids("valid_seen") == [f"valid_seen/{t}/0" for t in TASK_TYPES.values()]
+    assert env.task_ids("train", limit=7)[-1] == "train/pick_and_place_simple/1"
+    assert env.task_ids("valid_unseen") == []
+    assert not any(tmp_path.iterdir())  # nothing generated until a game is played
+    with pytest.raises(ValueError, match="bad generated ALFWorld task id"):
+        env.reset(options={"task_id": "valid_seen/boil/0"})
