@@ -51,6 +51,16 @@ def clean_feedback(text: str) -> str:
     return "\n".join(lines).strip()
 
 
+def _check_story_file(path: Path) -> None:
+    """Reject a file Jericho would choke on: its C core exits the process on a bad header."""
+    try:
+        head = path.read_bytes()[:64]
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read the game file ({exc})") from exc
+    if path.suffix == ".z8" and (len(head) < 64 or not 1 <= head[0] <= 8):
+        raise ValueError(f"{path}: not a Z-machine story file (bad header)")
+
+
 class TextWorldEnv(TextEnv):
     """TextWorld games (Côté et al., 2018) through TextWorld's own engine (Jericho + its state tracker).
 
@@ -196,6 +206,7 @@ class TextWorldEnv(TextEnv):
         if self._env is not None:
             self._env.close()
             self._env = None
+        _check_story_file(path)
         try:
             with _quiet():
                 self._env = textworld.start(str(path), request_infos=infos)

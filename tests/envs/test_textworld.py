@@ -111,3 +111,24 @@ def test_clean_feedback():
         clean_feedback("\nYou can't go that way.\n\n\n>   -= Pantry =-0/2")
         == "You can't go that way."
     )
+
+
+def test_broken_game_files_get_named_errors(tmp_path, games):
+    meta = games[0].with_suffix(".json")
+    bad = tmp_path / "bad.z8"
+    bad.write_bytes(b"\x00" * 512)  # Jericho's C core would exit the process on this header
+    shutil.copy(meta, bad.with_suffix(".json"))
+    env = TextWorldEnv(game_files=str(bad))
+    with pytest.raises(ValueError, match="not a Z-machine story file") as err:
+        env.reset(seed=0)
+    assert str(bad) in str(err.value)
+    broken_meta = tmp_path / "meta.z8"
+    shutil.copy(games[0], broken_meta)
+    broken_meta.with_suffix(".json").write_text("{broken")
+    with pytest.raises(ValueError, match="cannot load this game"):
+        TextWorldEnv(game_files=str(broken_meta)).reset(seed=0)
+    glulx = tmp_path / "old.ulx"  # TextWorld 1.7 dropped Glulx: a clear error, not a crash
+    shutil.copy(games[0], glulx)
+    shutil.copy(meta, glulx.with_suffix(".json"))
+    with pytest.raises(ValueError, match="Glulx"):
+        TextWorldEnv(game_files=str(glulx)).reset(seed=0)
