@@ -90,7 +90,6 @@ class ALFWorldEnv(TextEnv):
             self.games = GeneratedGames(self.task_types, counts, generator_seed, cache_dir)
         self._engine: Engine | None = None
         self._ref: GameRef | None = None
-        self._game: dict[str, Any] | None = None
         self._task: Task | None = None
         self._statics = None
         self._names: dict[str, str] = {}
@@ -143,7 +142,7 @@ class ALFWorldEnv(TextEnv):
             game = read_game(ref.game_file)
             self._engine.load(ref.game_file, game)
             self._task = Task.from_params(traj["task_type"], traj["pddl_params"])
-            self._game, self._ref = game, ref
+            self._ref = ref
             self._statics = None
         self._gs = self._engine.reset()
         facts = facts_of(self._gs["_facts"])
