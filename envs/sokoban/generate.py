@@ -19,12 +19,11 @@ the boxes' Manhattan distances from their own targets.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
 
-from .room import Layout, State
+from .room import Layout, State, walk
 from .solver import Solution, Solver
 
 # Carving patterns (row, col offsets) stamped along the random walk.
@@ -74,19 +73,6 @@ def carve_topology(
     return frozenset(int(i) for i in np.flatnonzero(grid))
 
 
-def _reach(nbrs: dict, start: int, boxes: frozenset[int]) -> dict[int, int]:
-    dist = {start: 0}
-    queue = deque([start])
-    while queue:
-        c = queue.popleft()
-        d = dist[c] + 1
-        for _, n in nbrs[c]:
-            if n not in dist and n not in boxes:
-                dist[n] = d
-                queue.append(n)
-    return dist
-
-
 def reverse_play(
     rng: np.random.Generator,
     layout: Layout,
@@ -120,7 +106,7 @@ def reverse_play(
     while stack and expansions < max_expansions:
         p, pos, last, swaps, cost, depth = stack.pop()
         boxes = frozenset(pos)
-        reach = _reach(nbrs, p, boxes)
+        reach = walk(nbrs, p, boxes)[0]
         expansions += 1
         if depth > 0:
             score = swaps * displacement(pos)
@@ -186,7 +172,7 @@ def generate_room(
         state = reverse_play(rng, layout, start_player, search_depth, max_steps, max_expansions)
         if state is None:
             continue
-        reach = sorted(_reach(layout.neighbours(), state.player, state.boxes))
+        reach = sorted(walk(layout.neighbours(), state.player, state.boxes)[0])
         state = State(int(reach[int(rng.integers(len(reach)))]), state.boxes)
         solution = Solver(layout).solve(state, max_cost=max_steps)
         if solution is None or len(solution) == 0:

@@ -6,6 +6,7 @@ Cells are flat indices ``r * width + c``; the outer ring is always wall.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -127,6 +128,25 @@ def move(layout: Layout, state: State, action: int) -> tuple[State, int]:
         delta = int(beyond in layout.targets) - int(nxt in layout.targets)
         return State(nxt, frozenset(boxes)), delta
     return State(nxt, state.boxes), 0
+
+
+def walk(
+    nbrs: dict[int, tuple[tuple[int, int], ...]], start: int, boxes: frozenset[int]
+) -> tuple[dict[int, int], dict[int, tuple[int, int]]]:
+    """Where the player can walk from ``start`` without pushing: BFS distance per cell, and the
+    parent (previous cell, action) of each cell reached. ``nbrs`` is ``Layout.neighbours()``."""
+    dist = {start: 0}
+    parent: dict[int, tuple[int, int]] = {}
+    queue = deque([start])
+    while queue:
+        c = queue.popleft()
+        d = dist[c] + 1
+        for a, n in nbrs[c]:
+            if n not in dist and n not in boxes:
+                dist[n] = d
+                parent[n] = (c, a)
+                queue.append(n)
+    return dist, parent
 
 
 def to_array(layout: Layout, state: State) -> np.ndarray:

@@ -13,7 +13,7 @@ import heapq
 from collections import deque
 from dataclasses import dataclass
 
-from .room import Layout, State
+from .room import Layout, State, walk
 
 _OPPOSITE = (1, 0, 3, 2)
 
@@ -58,24 +58,6 @@ class Solver:
         pd = self.push_dist
         return sum(pd[b] for b in boxes)
 
-    def _walk(
-        self, start: int, boxes: frozenset[int]
-    ) -> tuple[dict[int, int], dict[int, tuple[int, int]]]:
-        """BFS distances and parents (previous cell, action) for the player among the boxes."""
-        dist = {start: 0}
-        parent: dict[int, tuple[int, int]] = {}
-        queue = deque([start])
-        nbrs = self.nbrs
-        while queue:
-            c = queue.popleft()
-            d = dist[c] + 1
-            for a, n in nbrs[c]:
-                if n not in dist and n not in boxes:
-                    dist[n] = d
-                    parent[n] = (c, a)
-                    queue.append(n)
-        return dist, parent
-
     def solve(
         self, state: State, max_cost: int | None = None, max_nodes: int = 200_000
     ) -> Solution | None:
@@ -110,7 +92,7 @@ class Solver:
             expanded += 1
             if expanded > max_nodes:
                 return None
-            dist, parent = self._walk(player, boxes)
+            dist, parent = walk(self.nbrs, player, boxes)
             for b in boxes:
                 for a, o in enumerate(offsets):
                     stand, dest = b - o, b + o
