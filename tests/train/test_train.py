@@ -37,7 +37,7 @@ def test_every_credit_module_has_a_config():
 
 
 def test_required_env_configs_exist():
-    assert {"sokoban", "frozenlake", "webshop"} <= set(options("env"))
+    assert {"sokoban", "frozenlake", "webshop", "alfworld"} <= set(options("env"))
 
 
 @pytest.mark.parametrize("env", options("env"))
