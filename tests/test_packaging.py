@@ -4,6 +4,7 @@ dependency direction envs/credit -> (not) agentrl, credit -> (not) torch holds."
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -51,14 +52,19 @@ def test_dependency_direction(package, forbidden):
 
 def test_hydra_configs_load_from_an_installed_wheel(tmp_path):
     """Build the wheel, install it into a bare folder, compose the configs from there."""
-    wheel_dir, target = tmp_path / "wheel", tmp_path / "site"
+    wheel_dir, target, src = tmp_path / "wheel", tmp_path / "site", tmp_path / "src"
+    # Build from a copy: setuptools writes build/ into the folder it builds from.
+    skip = shutil.ignore_patterns(
+        ".git", ".venv", "build", "*.egg-info", "__pycache__", "outputs", "runs"
+    )
+    shutil.copytree(ROOT, src, ignore=skip)
     subprocess.run(
         [
             sys.executable,
             "-m",
             "pip",
             "wheel",
-            str(ROOT),
+            str(src),
             "--no-deps",
             "--no-build-isolation",
             "-q",

@@ -46,7 +46,7 @@ ROLLOUT_CFG = {
 def policy(tmp_path_factory):
     import os
 
-    os.environ.setdefault("AGENTRL_CACHE", str(tmp_path_factory.mktemp("agentrl_cache")))
+    os.environ.setdefault("AGENTRL_CACHE_DIR", str(tmp_path_factory.mktemp("agentrl_cache")))
     model, tok, path = load_model("tiny")
     return model, tok, path
 

@@ -47,7 +47,7 @@ def _config(tmp_path, *overrides):
 
 
 def test_two_iterations_with_vllm_rollouts(tmp_path, monkeypatch):
-    monkeypatch.setenv("AGENTRL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("AGENTRL_CACHE_DIR", str(tmp_path / "cache"))
     cfg = _config(tmp_path / "run", "trainer.lr=0.05")
     trainer = Trainer(cfg, tmp_path / "run")
     try:

@@ -8,7 +8,7 @@ Hugging Face model folder (``config.json``, ``model.safetensors``, ``tokenizer.j
 ``tokenizer_config.json`` with the chat template), so ``AutoTokenizer``/``AutoModelForCausalLM``
 and vLLM load them and produce identical token ids.
 
-The folder is cached under ``$AGENTRL_CACHE`` (default ``~/.cache/agentrl``), keyed by a hash of
+The folder is cached under ``$AGENTRL_CACHE_DIR`` (default ``~/.cache/agentrl``; see ``envs.cache``), keyed by a hash of
 the recipe (corpus, vocabulary size, architecture, seed): building it takes a few seconds once.
 """
 
@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from envs.cache import cache_root
 
 __all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "TinySpec", "build_tiny", "cache_dir", "tiny_corpus"]
 
@@ -92,7 +93,7 @@ class TinySpec:
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("AGENTRL_CACHE", Path.home() / ".cache" / "agentrl"))
+    return cache_root()
 
 
 def _recipe_hash(spec: TinySpec, corpus: list[str]) -> str:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..cache import cache_root
 from .engine import Engine, GameFileError
 from .generate import GENERATOR_VERSION, JSON_DIR, Generator, find_trial
 from .tasks import SPLITS, TASK_TYPES
@@ -53,11 +54,8 @@ _SOLVABLE = re.compile(r'"solvable"\s*:\s*(true|false|null)')
 
 
 def default_cache_dir() -> Path:
-    """``$AGENTRL_CACHE_DIR/alfworld``, else ``$XDG_CACHE_HOME/agentrl/alfworld`` (``~/.cache``)."""
-    if os.environ.get("AGENTRL_CACHE_DIR"):
-        return Path(os.environ["AGENTRL_CACHE_DIR"]).expanduser() / "alfworld"
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "agentrl" / "alfworld"
+    """``alfworld`` under the agentrl cache (``envs.cache.cache_root``)."""
+    return cache_root("alfworld")
 
 
 @dataclass(frozen=True)

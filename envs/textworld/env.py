@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..base import TextEnv, make_info
+from ..cache import cache_root
 from .games import MakeSettings, expand_game_files, make_game_file
 
 __all__ = ["TextWorldEnv"]
@@ -27,10 +28,7 @@ _MAX_COMMAND = 190  # Jericho truncates commands longer than 198 bytes; longer o
 
 
 def _default_cache_dir() -> Path:
-    if os.environ.get("AGENTRL_CACHE_DIR"):
-        return Path(os.environ["AGENTRL_CACHE_DIR"]).expanduser() / "textworld"
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "agentrl" / "textworld"
+    return cache_root("textworld")
 
 
 @contextlib.contextmanager

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
+from ..cache import cache_root
 from .generate import generate_goal, generate_product
 from .original import load_original
 from .store import Catalogue, ensure_catalogue, write_catalogue
@@ -25,10 +25,7 @@ GENERATOR_VERSION = 1
 
 
 def default_cache_dir() -> Path:
-    root = os.environ.get("AGENTRL_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "agentrl"
-    )
-    return Path(root) / "webshop"
+    return cache_root("webshop")
 
 
 def _digest(settings: dict[str, Any]) -> str:
