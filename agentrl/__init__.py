@@ -31,6 +31,7 @@ def _expose_source_configs() -> None:
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
+    globals()["configs"] = module  # what the import system does for a submodule it loads
 
 
 _expose_source_configs()
