@@ -34,6 +34,7 @@ import json
 import logging
 import math
 import os
+import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -300,6 +301,23 @@ def _env(name: str, value: str) -> Iterator[None]:
             os.environ[name] = before
 
 
+def _guard_llvmlite_for_kernel_scan() -> None:
+    """Let vLLM's start-up scan of ``sys.modules`` survive a loaded llvmlite (numba).
+
+    vLLM 0.32's worker start (``register_triton_kernel_overrides``) calls ``vars(value).get(...)``
+    on every attribute of every loaded module that has a ``__dict__``. llvmlite's ``ffi.lib``
+    answers *any* attribute, ``__dict__`` included, with a C-function wrapper, so the scan raises
+    ``AttributeError: '_lib_fn_wrapper' object has no attribute 'get'`` whenever numba was imported
+    before the engine starts in-process (bm25s imports it, so WebShop + ``rollout=vllm`` hit it).
+    Giving ``ffi.lib`` a real (empty) ``__dict__`` entry in its function table makes it answer the
+    scan with a dict; llvmlite never looks up a C function of that name.
+    """
+    ffi = sys.modules.get("llvmlite.binding.ffi")
+    fntab = getattr(getattr(ffi, "lib", None), "_fntab", None)
+    if isinstance(fntab, dict):
+        fntab.setdefault("__dict__", {})
+
+
 @dataclass
 class _RNGState:
     """The process's global random states (python, numpy, torch CPU and CUDA)."""
@@ -497,6 +515,7 @@ class VLLMBackend:
 
     def _start_engine(self, hf_cfg: Mapping[str, Any]) -> LLM:
         kwargs = self._engine_kwargs(hf_cfg)
+        _guard_llvmlite_for_kernel_scan()
         threads = torch.get_num_threads()
         set_num_threads = torch.set_num_threads
         rng = _RNGState.save()  # an in-process engine reseeds the global RNGs with its seed
