@@ -35,7 +35,10 @@ def build_agent(agent_cfg: DictConfig, cfg: DictConfig) -> Agent | Any:
     if name == "random":
         from .evaluation.agents import RandomAgent
 
-        return RandomAgent(open_action=agent_cfg.get("open_action"), fill_templates=bool(agent_cfg.get("fill_templates", True)))
+        return RandomAgent(
+            open_action=agent_cfg.get("open_action"),
+            fill_templates=bool(agent_cfg.get("fill_templates", True)),
+        )
     if name == "expert":
         from .evaluation.agents import ExpertAgent
 
@@ -82,13 +85,24 @@ def evaluate(cfg: DictConfig) -> Report:
     """Run the evaluation described by ``cfg`` and write its outputs; returns the report."""
     s = _resolve(cfg)
     out = Path(cfg.output_dir)
-    tasks = make_tasks(s["env"], s["env_kwargs"], split=s["split"], episodes=s["episodes"], task_ids=s["task_ids"],
-                       seed_base=s["seed_base"], seed=s["seed"], repeats=s["repeats"])
+    tasks = make_tasks(
+        s["env"],
+        s["env_kwargs"],
+        split=s["split"],
+        episodes=s["episodes"],
+        task_ids=s["task_ids"],
+        seed_base=s["seed_base"],
+        seed=s["seed"],
+        repeats=s["repeats"],
+    )
     agent_cfg = OmegaConf.to_container(cfg.agent, resolve=True)
     meta = {
         "agent": str(cfg.agent.name),
         "agent_config": {k: v for k, v in agent_cfg.items() if k not in ("api_key",)},
-        **{k: s[k] for k in ("env", "env_kwargs", "split", "episodes", "repeats", "seed", "max_steps")},
+        **{
+            k: s[k]
+            for k in ("env", "env_kwargs", "split", "episodes", "repeats", "seed", "max_steps")
+        },
         "tasks": [t.to_dict() for t in tasks],
         "agentrl_version": __version__,
     }
@@ -97,13 +111,21 @@ def evaluate(cfg: DictConfig) -> Report:
         meta["agent_config"] = {**meta["agent_config"], "resolved": agent.settings.to_dict()}
     play = agent.run if hasattr(agent, "run") else (lambda *a, **k: run_episodes(*a, agent, **k))
     try:
-        records = play(s["env"], tasks, env_kwargs=s["env_kwargs"], num_envs=s["num_envs"],
-                       num_workers=s["num_workers"], max_steps=s["max_steps"], step_timeout=s["step_timeout"],
-                       progress=bool(cfg.progress))
+        records = play(
+            s["env"],
+            tasks,
+            env_kwargs=s["env_kwargs"],
+            num_envs=s["num_envs"],
+            num_workers=s["num_workers"],
+            max_steps=s["max_steps"],
+            step_timeout=s["step_timeout"],
+            progress=bool(cfg.progress),
+        )
     except EvaluationError as exc:
         if exc.records:
-            summarize(exc.records, meta={**meta, "stopped": str(exc)}, confidence=s["confidence"]).to_json(
-                out / "results.partial.json")
+            summarize(
+                exc.records, meta={**meta, "stopped": str(exc)}, confidence=s["confidence"]
+            ).to_json(out / "results.partial.json")
         raise
     finally:
         agent.close()
@@ -122,8 +144,10 @@ def main(cfg: DictConfig) -> None:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc  # no repr quotes
         print(f"evaluation failed: {msg}", file=sys.stderr)
         if isinstance(exc, EvaluationError) and exc.records:
-            print(f"{len(exc.records)} finished episodes written to {Path(cfg.output_dir) / 'results.partial.json'}",
-                  file=sys.stderr)
+            print(
+                f"{len(exc.records)} finished episodes written to {Path(cfg.output_dir) / 'results.partial.json'}",
+                file=sys.stderr,
+            )
         sys.exit(1)
     report.print()
     print(f"results: {Path(cfg.output_dir).resolve()}/results.json, table.md, success.png")

@@ -29,7 +29,9 @@ def load_metrics(run: str | Path) -> list[dict[str, Any]]:
     if path.is_dir():
         path = path / "metrics.jsonl"
     if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist (expected a run directory with metrics.jsonl)")
+        raise FileNotFoundError(
+            f"{path} does not exist (expected a run directory with metrics.jsonl)"
+        )
     rows = []
     with path.open() as f:
         for n, line in enumerate(f, 1):
@@ -48,22 +50,44 @@ def load_metrics(run: str | Path) -> list[dict[str, Any]]:
 def _x_key(runs: dict[str, list[dict[str, Any]]], prefix: str) -> str:
     """The first of :data:`X_KEYS` present in the rows that carry evaluation metrics."""
     for key in X_KEYS:
-        if any(key in row for rows in runs.values() for row in rows if any(k.startswith(prefix + "/") for k in row)):
+        if any(
+            key in row
+            for rows in runs.values()
+            for row in rows
+            if any(k.startswith(prefix + "/") for k in row)
+        ):
             return key
-    raise ValueError(f"no x column ({', '.join(X_KEYS)}) in the rows with '{prefix}/' metrics; give --x")
+    raise ValueError(
+        f"no x column ({', '.join(X_KEYS)}) in the rows with '{prefix}/' metrics; give --x"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agentrl.plot", description=__doc__.split("\n")[0])
-    parser.add_argument("runs", nargs="+", help="run directories (each with metrics.jsonl) or metrics.jsonl files")
-    parser.add_argument("--labels", nargs="+", help="one legend label per run (default: the directory names)")
+    parser = argparse.ArgumentParser(
+        prog="python -m agentrl.plot", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "runs", nargs="+", help="run directories (each with metrics.jsonl) or metrics.jsonl files"
+    )
+    parser.add_argument(
+        "--labels", nargs="+", help="one legend label per run (default: the directory names)"
+    )
     parser.add_argument("--metric", default="success_rate", choices=STATS, help="statistic to draw")
-    parser.add_argument("--x", default=None, help=f"x column (default: the first of {', '.join(X_KEYS)})")
-    parser.add_argument("--prefix", default="eval", help="metric prefix the trainer used (default: eval)")
+    parser.add_argument(
+        "--x", default=None, help=f"x column (default: the first of {', '.join(X_KEYS)})"
+    )
+    parser.add_argument(
+        "--prefix", default="eval", help="metric prefix the trainer used (default: eval)"
+    )
     parser.add_argument("--title", default=None)
-    parser.add_argument("-o", "--out", default="curves.png", help="output PNG (default: curves.png)")
+    parser.add_argument(
+        "-o", "--out", default="curves.png", help="output PNG (default: curves.png)"
+    )
     args = parser.parse_args(argv)
-    labels = args.labels or [Path(r).resolve().name if Path(r).is_dir() else Path(r).resolve().parent.name for r in args.runs]
+    labels = args.labels or [
+        Path(r).resolve().name if Path(r).is_dir() else Path(r).resolve().parent.name
+        for r in args.runs
+    ]
     if len(labels) != len(args.runs):
         parser.error(f"{len(labels)} labels for {len(args.runs)} runs")
     if len(set(labels)) != len(labels):

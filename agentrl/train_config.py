@@ -40,10 +40,13 @@ def _int(lo: int | None = None) -> Callable[[Any], str | None]:
         if lo is not None and v < lo:
             return f"must be >= {lo}, got {v}"
         return None
+
     return check
 
 
-def _num(lo: float | None = None, hi: float | None = None, lo_open: bool = False, hi_open: bool = False) -> Callable[[Any], str | None]:
+def _num(
+    lo: float | None = None, hi: float | None = None, lo_open: bool = False, hi_open: bool = False
+) -> Callable[[Any], str | None]:
     def check(v: Any) -> str | None:
         if not _is_num(v) or v != v:
             return f"must be a number, got {v!r}"
@@ -52,12 +55,14 @@ def _num(lo: float | None = None, hi: float | None = None, lo_open: bool = False
         if hi is not None and (v >= hi if hi_open else v > hi):
             return f"must be {'<' if hi_open else '<='} {hi}, got {v}"
         return None
+
     return check
 
 
 def _choice(*options: Any) -> Callable[[Any], str | None]:
     def check(v: Any) -> str | None:
         return None if v in options else f"must be one of {', '.join(map(str, options))}, got {v!r}"
+
     return check
 
 
@@ -90,7 +95,11 @@ def _regex(v: Any) -> str | None:
 
 
 def _device(v: Any) -> str | None:
-    return None if isinstance(v, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", v) else f"must be auto, cpu, cuda, cuda:N or mps, got {v!r}"
+    return (
+        None
+        if isinstance(v, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", v)
+        else f"must be auto, cpu, cuda, cuda:N or mps, got {v!r}"
+    )
 
 
 RULES: dict[str, Callable[[Any], str | None]] = {
@@ -134,11 +143,17 @@ RULES: dict[str, Callable[[Any], str | None]] = {
     "rollout.prompt.instruction": _bool,
     "rollout.prompt.history": _int(-1),
     "rollout.prompt.admissible_actions": _bool,
-    "rollout.prompt.observation_prefix": lambda v: None if isinstance(v, str) else f"must be a string, got {v!r}",
+    "rollout.prompt.observation_prefix": lambda v: (
+        None if isinstance(v, str) else f"must be a string, got {v!r}"
+    ),
     "rollout.prompt.max_prompt_tokens": _int(1),
     "rollout.prompt.system_role": _bool,
     "rollout.action.pattern": _regex,
-    "rollout.action.template": lambda v: None if isinstance(v, str) and "{action}" in v else f"must be a string containing {{action}}, got {v!r}",
+    "rollout.action.template": lambda v: (
+        None
+        if isinstance(v, str) and "{action}" in v
+        else f"must be a string containing {{action}}, got {v!r}"
+    ),
     "rollout.action.think": _bool,
     "rollout.action.require_think": _bool,
     "trainer.iterations": _int(0),
@@ -172,8 +187,16 @@ RULES: dict[str, Callable[[Any], str | None]] = {
 }
 
 #: Keys a config may omit (their defaults apply).
-OPTIONAL = {"env.eval_seed_base", "rollout.embedding_layer", "rollout.max_batch_tokens", "credit.value_head", "credit.embedding_layer",
-            "trainer.num_threads", "trainer.micro_batch_tokens", "model.gradient_checkpointing"}
+OPTIONAL = {
+    "env.eval_seed_base",
+    "rollout.embedding_layer",
+    "rollout.max_batch_tokens",
+    "credit.value_head",
+    "credit.embedding_layer",
+    "trainer.num_threads",
+    "trainer.micro_batch_tokens",
+    "model.gradient_checkpointing",
+}
 
 
 def _get(cfg: DictConfig, key: str) -> Any:
@@ -198,16 +221,20 @@ def check_config(cfg: DictConfig) -> None:
             problems.append(str(exc))
             continue
         if value is _MISSING:
-            if key not in OPTIONAL and not (key.startswith("rollout.") and cfg.get("rollout", {}).get("backend") == "vllm"):
+            if key not in OPTIONAL and not (
+                key.startswith("rollout.") and cfg.get("rollout", {}).get("backend") == "vllm"
+            ):
                 problems.append(f"{key} is missing")
             continue
         msg = rule(value)
         if msg:
             problems.append(f"{key} {msg}")
     known = {k.split(".", 1)[1] for k in RULES if k.startswith("trainer.")}
-    for key in (cfg.get("trainer") or {}):
+    for key in cfg.get("trainer") or {}:
         if key not in known:
-            problems.append(f"trainer.{key} is not a trainer option (valid: {', '.join(sorted(known))})")
+            problems.append(
+                f"trainer.{key} is not a trainer option (valid: {', '.join(sorted(known))})"
+            )
     if not problems:
         problems += _check_credit(cfg)
         problems += _check_cross(cfg)
@@ -220,12 +247,17 @@ def _check_credit(cfg: DictConfig) -> list[str]:
 
     name = cfg.credit.name
     if name not in credit.available():
-        return [f"credit.name {name!r} is not a credit module (available: {', '.join(credit.available())})"]
+        return [
+            f"credit.name {name!r} is not a credit module (available: {', '.join(credit.available())})"
+        ]
     valid = credit.options(name)
     given = OmegaConf.to_container(cfg.credit.options, resolve=True) or {}
     unknown = sorted(set(given) - set(valid))
     if unknown:
-        return [f"credit.options.{k} is not an option of credit module {name!r} (valid: {', '.join(valid) or 'none'})" for k in unknown]
+        return [
+            f"credit.options.{k} is not an option of credit module {name!r} (valid: {', '.join(valid) or 'none'})"
+            for k in unknown
+        ]
     return []
 
 
@@ -233,9 +265,14 @@ def _check_cross(cfg: DictConfig) -> list[str]:
     out = []
     t, r = cfg.trainer, cfg.rollout
     if t.micro_batch_size > t.minibatch_size:
-        out.append(f"trainer.micro_batch_size ({t.micro_batch_size}) must be <= trainer.minibatch_size ({t.minibatch_size})")
+        out.append(
+            f"trainer.micro_batch_size ({t.micro_batch_size}) must be <= trainer.minibatch_size ({t.minibatch_size})"
+        )
     if r.action.require_think and not r.action.think:
         out.append("rollout.action.require_think needs rollout.action.think=true")
-    if cfg.env.eval_split is None and OmegaConf.select(cfg, "env.eval_seed_base", default=None) is None:
+    if (
+        cfg.env.eval_split is None
+        and OmegaConf.select(cfg, "env.eval_seed_base", default=None) is None
+    ):
         out.append("env.eval_seed_base is needed when env.eval_split is null")
     return out

@@ -87,41 +87,90 @@ class Trainer:
         if t.num_threads is not None:
             torch.set_num_threads(int(t.num_threads))
         torch.manual_seed(int(cfg.seed))
-        device = ("cuda" if torch.cuda.is_available() else "cpu") if t.device == "auto" else t.device
-        tiny = OmegaConf.to_container(cfg.model.tiny, resolve=True) if cfg.model.get("tiny") else None
-        model, tok, path = load_model(cfg.model.name, tiny=tiny, dtype=cfg.model.dtype, device=device)
+        device = (
+            ("cuda" if torch.cuda.is_available() else "cpu") if t.device == "auto" else t.device
+        )
+        tiny = (
+            OmegaConf.to_container(cfg.model.tiny, resolve=True) if cfg.model.get("tiny") else None
+        )
+        model, tok, path = load_model(
+            cfg.model.name, tiny=tiny, dtype=cfg.model.dtype, device=device
+        )
         if cfg.model.get("gradient_checkpointing", False):
             # Recompute each layer's activations in the backward pass: memory per token drops
             # from every layer's activations to one layer's (used by model=smollm2-135m).
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
         if cfg.model.lora.enabled:
             lo = cfg.model.lora
-            model = apply_lora(model, r=int(lo.r), alpha=float(lo.alpha), dropout=float(lo.dropout), target_modules=OmegaConf.to_container(lo.target_modules) if OmegaConf.is_list(lo.target_modules) else lo.target_modules)
+            model = apply_lora(
+                model,
+                r=int(lo.r),
+                alpha=float(lo.alpha),
+                dropout=float(lo.dropout),
+                target_modules=OmegaConf.to_container(lo.target_modules)
+                if OmegaConf.is_list(lo.target_modules)
+                else lo.target_modules,
+            )
         self.model, self.tokenizer, self.model_path = model, tok, path
         lc = LearnerConfig(
-            lr=t.lr, weight_decay=t.weight_decay, epochs=t.epochs, minibatch_size=t.minibatch_size,
-            micro_batch_size=t.micro_batch_size, micro_batch_tokens=t.get("micro_batch_tokens"), clip_low=t.clip_low, clip_high=t.clip_high, loss_agg=t.loss_agg,
-            max_grad_norm=t.max_grad_norm, kl_coef=t.kl_coef, kl_estimator=t.kl_estimator, entropy_coef=t.entropy_coef,
-            value_coef=t.value_coef, value_lr=t.value_lr, value_clip=t.value_clip, temperature=cfg.rollout.temperature, dtype=t.dtype,
+            lr=t.lr,
+            weight_decay=t.weight_decay,
+            epochs=t.epochs,
+            minibatch_size=t.minibatch_size,
+            micro_batch_size=t.micro_batch_size,
+            micro_batch_tokens=t.get("micro_batch_tokens"),
+            clip_low=t.clip_low,
+            clip_high=t.clip_high,
+            loss_agg=t.loss_agg,
+            max_grad_norm=t.max_grad_norm,
+            kl_coef=t.kl_coef,
+            kl_estimator=t.kl_estimator,
+            entropy_coef=t.entropy_coef,
+            value_coef=t.value_coef,
+            value_lr=t.value_lr,
+            value_clip=t.value_clip,
+            temperature=cfg.rollout.temperature,
+            dtype=t.dtype,
         )
-        self.learner = Learner(model, lc, tok.pad_token_id, value_head=bool(cfg.credit.get("value_head", False)))
+        self.learner = Learner(
+            model, lc, tok.pad_token_id, value_head=bool(cfg.credit.get("value_head", False))
+        )
         self.backend = make_backend(cfg.rollout, model, tok, model_path=path, seed=int(cfg.seed))
         self.shares_weights = cfg.rollout.backend == "hf"
         r = cfg.rollout
         p = r.prompt
-        self.builder = PromptBuilder(tok, PromptConfig(
-            instruction=p.instruction, history=p.history, admissible_actions=p.admissible_actions,
-            observation_prefix=p.observation_prefix, history_prefix=p.history_prefix, actions_prefix=p.actions_prefix,
-            response_hint=p.response_hint, system_role=p.system_role, max_prompt_tokens=p.max_prompt_tokens,
-        ))
+        self.builder = PromptBuilder(
+            tok,
+            PromptConfig(
+                instruction=p.instruction,
+                history=p.history,
+                admissible_actions=p.admissible_actions,
+                observation_prefix=p.observation_prefix,
+                history_prefix=p.history_prefix,
+                actions_prefix=p.actions_prefix,
+                response_hint=p.response_hint,
+                system_role=p.system_role,
+                max_prompt_tokens=p.max_prompt_tokens,
+            ),
+        )
         a = r.action
-        self.fmt = ActionFormat(pattern=a.pattern, template=a.template, think=a.think, require_think=a.require_think)
+        self.fmt = ActionFormat(
+            pattern=a.pattern, template=a.template, think=a.think, require_think=a.require_think
+        )
         e = cfg.env
         n_envs = int(r.tasks_per_iter) * int(r.group_size)
         spec = EnvSpec(e.id, OmegaConf.to_container(e.kwargs, resolve=True) or {})
-        self.pool = EnvPool([spec] * n_envs, num_workers=int(e.num_workers), step_timeout=e.step_timeout)
+        self.pool = EnvPool(
+            [spec] * n_envs, num_workers=int(e.num_workers), step_timeout=e.step_timeout
+        )
         self.eval_resets = self._eval_resets()
-        self.train_ids = None if e.train_tasks == "seeds" else list(self.pool.call([0], "task_ids", e.train_tasks, None)[0])
+        self.train_ids = (
+            None
+            if e.train_tasks == "seeds"
+            else list(self.pool.call([0], "task_ids", e.train_tasks, None)[0])
+        )
         self.embedding_layer = r.get("embedding_layer")
         self.credit_options = self._credit_options()
 
@@ -129,7 +178,10 @@ class Trainer:
         import credit
 
         opts = OmegaConf.to_container(self.cfg.credit.options, resolve=True) or {}
-        if "invalid_penalty" in credit.options(self.cfg.credit.name) and opts.get("invalid_penalty") is None:
+        if (
+            "invalid_penalty" in credit.options(self.cfg.credit.name)
+            and opts.get("invalid_penalty") is None
+        ):
             # The env config gives the penalty as a reward (<= 0); credit modules subtract a magnitude.
             opts["invalid_penalty"] = -float(self.cfg.env.invalid_penalty)
         elif opts.get("invalid_penalty", 0) is None:
@@ -146,7 +198,10 @@ class Trainer:
             return [ResetSpec(i, seed=base + i) for i in range(n)]
         ids = list(self.pool.call([0], "task_ids", e.eval_split, n)[0])
         if len(ids) < n:
-            print(f"warning: env.eval_split={e.eval_split!r} lists {len(ids)} tasks, fewer than env.eval_episodes={n}", file=sys.stderr)
+            print(
+                f"warning: env.eval_split={e.eval_split!r} lists {len(ids)} tasks, fewer than env.eval_episodes={n}",
+                file=sys.stderr,
+            )
         return [ResetSpec(i, seed=None, options={"task_id": tid}) for i, tid in enumerate(ids)]
 
     # -- pieces of an iteration ----------------------------------------------------------------
@@ -162,7 +217,9 @@ class Trainer:
                 spec = ResetSpec(it * int(r.tasks_per_iter) + g, seed=s)
             else:
                 tid = self.train_ids[int(rng.integers(len(self.train_ids)))]
-                spec = ResetSpec(it * int(r.tasks_per_iter) + g, seed=None, options={"task_id": tid})
+                spec = ResetSpec(
+                    it * int(r.tasks_per_iter) + g, seed=None, options={"task_id": tid}
+                )
             resets += [spec] * int(r.group_size)
         return resets
 
@@ -170,19 +227,36 @@ class Trainer:
         from .backends import SamplingParams
 
         r = self.cfg.rollout
-        return SamplingParams(max_new_tokens=int(r.max_new_tokens), temperature=float(temperature), top_p=float(r.top_p), top_k=int(r.top_k),
-                              stop_token_ids=(int(self.tokenizer.eos_token_id),), seed=seed)
+        return SamplingParams(
+            max_new_tokens=int(r.max_new_tokens),
+            temperature=float(temperature),
+            top_p=float(r.top_p),
+            top_k=int(r.top_k),
+            stop_token_ids=(int(self.tokenizer.eos_token_id),),
+            seed=seed,
+        )
 
-    def _rollout(self, resets: list, temperature: float, seed: int, traj_offset: int, stats) -> list:
+    def _rollout(
+        self, resets: list, temperature: float, seed: int, traj_offset: int, stats
+    ) -> list:
         from .rollout import run_episodes
 
         eps = []
         size = len(self.pool)
         for start in range(0, len(resets), size):
             chunk = resets[start : start + size]
-            eps += run_episodes(self.pool, self.backend, self.builder, self.fmt, chunk, self._sampling(temperature, _seed(seed, start)),
-                                max_steps=int(self.cfg.env.max_steps), constrained=bool(self.cfg.rollout.constrained),
-                                traj_offset=traj_offset + start, stats=stats)
+            eps += run_episodes(
+                self.pool,
+                self.backend,
+                self.builder,
+                self.fmt,
+                chunk,
+                self._sampling(temperature, _seed(seed, start)),
+                max_steps=int(self.cfg.env.max_steps),
+                constrained=bool(self.cfg.rollout.constrained),
+                traj_offset=traj_offset + start,
+                stats=stats,
+            )
         return eps
 
     def evaluate(self, label: str) -> tuple[Any, dict[str, float]]:
@@ -191,15 +265,38 @@ class Trainer:
         from .rollout import RolloutStats
 
         stats = RolloutStats()
-        eps = self._rollout(self.eval_resets, float(self.cfg.rollout.eval_temperature), _seed(int(self.cfg.seed), 999_999), 0, stats)
+        eps = self._rollout(
+            self.eval_resets,
+            float(self.cfg.rollout.eval_temperature),
+            _seed(int(self.cfg.seed), 999_999),
+            0,
+            stats,
+        )
         env_name = str(self.cfg.env.id)
         records = [
-            EpisodeRecord(env=env_name, task_id=ep.task_id, category=ep.category or "default", won=ep.won, score=ep.score,
-                          steps=len(ep.steps), invalid_actions=ep.invalid_actions, truncated=ep.truncated,
-                          total_reward=ep.total_reward, seed=ep.seed, error=ep.error)
+            EpisodeRecord(
+                env=env_name,
+                task_id=ep.task_id,
+                category=ep.category or "default",
+                won=ep.won,
+                score=ep.score,
+                steps=len(ep.steps),
+                invalid_actions=ep.invalid_actions,
+                truncated=ep.truncated,
+                total_reward=ep.total_reward,
+                seed=ep.seed,
+                error=ep.error,
+            )
             for ep in eps
         ]
-        report = summarize(records, meta={"label": label, "split": self.cfg.env.eval_split, "greedy": self.cfg.rollout.eval_temperature == 0})
+        report = summarize(
+            records,
+            meta={
+                "label": label,
+                "split": self.cfg.env.eval_split,
+                "greedy": self.cfg.rollout.eval_temperature == 0,
+            },
+        )
         return report, report.metrics("eval")
 
     def _features(self, seqs) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -224,12 +321,22 @@ class Trainer:
         tmp = d.with_suffix(".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        torch.save({"iteration": it, "learner": self.learner.state_dict(), "history": history, "initial_eval": initial,
-                    "config": OmegaConf.to_container(self.cfg, resolve=False)}, tmp / "state.pt")
+        torch.save(
+            {
+                "iteration": it,
+                "learner": self.learner.state_dict(),
+                "history": history,
+                "initial_eval": initial,
+                "config": OmegaConf.to_container(self.cfg, resolve=False),
+            },
+            tmp / "state.pt",
+        )
         shutil.rmtree(d, ignore_errors=True)
         tmp.rename(d)
         keep = int(self.cfg.trainer.keep_checkpoints)
-        old = sorted(p for p in self._ckpt_dir().glob("iter_*") if p.is_dir() and not p.name.endswith(".tmp"))
+        old = sorted(
+            p for p in self._ckpt_dir().glob("iter_*") if p.is_dir() and not p.name.endswith(".tmp")
+        )
         for p in old[:-keep]:
             shutil.rmtree(p, ignore_errors=True)
         return d
@@ -257,7 +364,9 @@ class Trainer:
             found = sorted(root.glob("iter_*/state.pt"))
             if found:
                 return found[-1]
-        raise FileNotFoundError(f"trainer.resume={path}: no checkpoint (checkpoints/iter_*/state.pt) found there")
+        raise FileNotFoundError(
+            f"trainer.resume={path}: no checkpoint (checkpoints/iter_*/state.pt) found there"
+        )
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -277,7 +386,11 @@ class Trainer:
             ck = self.find_checkpoint(t.resume)
             state = torch.load(ck, map_location="cpu", weights_only=False)
             self.learner.load_state_dict(state["learner"])
-            start, history, initial = int(state["iteration"]), list(state["history"]), state.get("initial_eval")
+            start, history, initial = (
+                int(state["iteration"]),
+                list(state["history"]),
+                state.get("initial_eval"),
+            )
             print(f"resumed from {ck} at iteration {start}")
         OmegaConf.save(cfg, self.out / "config.yaml")
         mf = open(metrics_path, "w")  # noqa: SIM115 (open for the whole run, closed in finally)
@@ -299,19 +412,43 @@ class Trainer:
             if initial is None and t.eval_initial:
                 with _Timer() as tm:
                     report, em = self.evaluate("initial")
-                initial = {"success_rate": report.overall.success_rate, "ci": [report.overall.success_ci_low, report.overall.success_ci_high],
-                           "episodes": report.overall.episodes, "report": report.to_dict()}
-                log({"iteration": 0, "step": 0, "phase": "eval_initial", "time/eval_s": tm.wall, **em})
+                initial = {
+                    "success_rate": report.overall.success_rate,
+                    "ci": [report.overall.success_ci_low, report.overall.success_ci_high],
+                    "episodes": report.overall.episodes,
+                    "report": report.to_dict(),
+                }
+                log(
+                    {
+                        "iteration": 0,
+                        "step": 0,
+                        "phase": "eval_initial",
+                        "time/eval_s": tm.wall,
+                        **em,
+                    }
+                )
                 progress.note(f"initial greedy success {report.overall.success_rate:.1%}")
             last_good = None
             for it in range(start, int(t.iterations)):
                 row = self._iteration(it, credit, to_step_batch, RolloutStats, NonFiniteError)
                 log(row)
                 progress.update(it + 1, row)
-                if t.eval_every and (it + 1) % int(t.eval_every) == 0 and it + 1 < int(t.iterations):
+                if (
+                    t.eval_every
+                    and (it + 1) % int(t.eval_every) == 0
+                    and it + 1 < int(t.iterations)
+                ):
                     with _Timer() as tm:
                         _, em = self.evaluate(f"iter{it + 1}")
-                    log({"iteration": it + 1, "step": it + 1, "phase": "eval", "time/eval_s": tm.wall, **em})
+                    log(
+                        {
+                            "iteration": it + 1,
+                            "step": it + 1,
+                            "phase": "eval",
+                            "time/eval_s": tm.wall,
+                            **em,
+                        }
+                    )
                     progress.note(f"eval success {em['eval/success_rate']:.1%}")
                 if t.checkpoint_every and (it + 1) % int(t.checkpoint_every) == 0:
                     last_good = self.save_checkpoint(it + 1, history, initial)
@@ -324,10 +461,19 @@ class Trainer:
                 report, em = self.evaluate("final")
             log({"iteration": n, "step": n, "phase": "eval_final", "time/eval_s": tm.wall, **em})
             summary = self._summary(initial, report, history, final_dir, last_good)
-            log({"iteration": n, "step": n, "phase": "summary", **{k: v for k, v in summary.items() if isinstance(v, int | float | bool | str)}})
+            log(
+                {
+                    "iteration": n,
+                    "step": n,
+                    "phase": "summary",
+                    **{k: v for k, v in summary.items() if isinstance(v, int | float | bool | str)},
+                }
+            )
         except TrainingStopped as exc:
             progress.close()
-            msg = f"training stopped: {exc}. The last good checkpoint is kept in {self._ckpt_dir()}."
+            msg = (
+                f"training stopped: {exc}. The last good checkpoint is kept in {self._ckpt_dir()}."
+            )
             mf.write(json.dumps({"phase": "stopped", "reason": str(exc)}) + "\n")
             print(msg, file=sys.stderr)
             raise
@@ -344,7 +490,9 @@ class Trainer:
         stats = RolloutStats()
         with _Timer() as t_roll:
             resets = self._train_resets(it)
-            eps = self._rollout(resets, float(cfg.rollout.temperature), _seed(seed, it, 2), 0, stats)
+            eps = self._rollout(
+                resets, float(cfg.rollout.temperature), _seed(seed, it, 2), 0, stats
+            )
         with _Timer() as t_credit:
             batch, seqs = to_step_batch(eps)
             values, embs = self._features(seqs)
@@ -359,7 +507,13 @@ class Trainer:
                 returns = res.advantages.astype(np.float64) + values
         with _Timer() as t_upd:
             try:
-                upd = self.learner.update(seqs, res.advantages, returns=returns, old_values=values, seed=_seed(seed, it, 3))
+                upd = self.learner.update(
+                    seqs,
+                    res.advantages,
+                    returns=returns,
+                    old_values=values,
+                    seed=_seed(seed, it, 3),
+                )
             except NonFiniteError as exc:
                 raise TrainingStopped(f"iteration {it}: {exc}") from exc
             if not self.shares_weights:
@@ -376,8 +530,12 @@ class Trainer:
             "train/mean_return": float(np.mean([ep.total_reward for ep in eps])),
             "train/mean_score": float(np.mean([ep.score for ep in eps])),
             "train/mean_steps": float(steps.mean()),
-            "train/invalid_action_rate": float(np.mean([not s.valid for ep in eps for s in ep.steps])),
-            "train/truncated_response_rate": float(np.mean([s.finish_reason == "length" for ep in eps for s in ep.steps])),
+            "train/invalid_action_rate": float(
+                np.mean([not s.valid for ep in eps for s in ep.steps])
+            ),
+            "train/truncated_response_rate": float(
+                np.mean([s.finish_reason == "length" for ep in eps for s in ep.steps])
+            ),
             "train/agent_steps": len(seqs),
             "train/prompt_tokens": stats.prompt_tokens,
             "train/response_tokens": stats.response_tokens,
@@ -410,11 +568,21 @@ class Trainer:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
-            print("warning: tensorboard is not installed; no TensorBoard events are written", file=sys.stderr)
+            print(
+                "warning: tensorboard is not installed; no TensorBoard events are written",
+                file=sys.stderr,
+            )
             return None
         return SummaryWriter(str(self.out / "tb"))
 
-    def _summary(self, initial: dict | None, report, history: list[dict], final_dir: Path, last_good: Path | None) -> dict[str, Any]:
+    def _summary(
+        self,
+        initial: dict | None,
+        report,
+        history: list[dict],
+        final_dir: Path,
+        last_good: Path | None,
+    ) -> dict[str, Any]:
         o = report.overall
         s: dict[str, Any] = {
             "final_success_rate": o.success_rate,
@@ -429,18 +597,22 @@ class Trainer:
         }
         if initial is not None:
             lo, hi = initial["ci"]
-            s.update({
-                "initial_success_rate": initial["success_rate"],
-                "initial_ci_low": lo,
-                "initial_ci_high": hi,
-                "improvement_points": 100.0 * (o.success_rate - initial["success_rate"]),
-                "intervals_overlap": not (o.success_ci_low > hi or o.success_ci_high < lo),
-            })
+            s.update(
+                {
+                    "initial_success_rate": initial["success_rate"],
+                    "initial_ci_low": lo,
+                    "initial_ci_high": hi,
+                    "improvement_points": 100.0 * (o.success_rate - initial["success_rate"]),
+                    "intervals_overlap": not (o.success_ci_low > hi or o.success_ci_high < lo),
+                }
+            )
             s["learned"] = bool(s["improvement_points"] >= 20.0 and not s["intervals_overlap"])
         train = [r for r in history if r.get("phase") == "train"]
         if train:
             s["mean_iteration_s"] = float(np.mean([r["time/iteration_s"] for r in train]))
-            s["mean_iteration_cpu_s"] = float(np.mean([r["cpu/rollout_s"] + r["cpu/credit_s"] + r["cpu/update_s"] for r in train]))
+            s["mean_iteration_cpu_s"] = float(
+                np.mean([r["cpu/rollout_s"] + r["cpu/credit_s"] + r["cpu/update_s"] for r in train])
+            )
             for k in ("rollout", "credit", "update"):
                 s[f"mean_{k}_s"] = float(np.mean([r[f"time/{k}_s"] for r in train]))
         s["peak_rss_mb"] = _peak_rss_mb()
@@ -448,8 +620,16 @@ class Trainer:
             s["peak_cuda_mb"] = _peak_cuda_mb()
         return s
 
-    def _write_outputs(self, summary: dict, initial: dict | None, report, history: list[dict]) -> None:
-        (self.out / "summary.json").write_text(json.dumps({"summary": summary, "final_eval": report.to_dict(), "initial_eval": initial}, indent=1, default=str))
+    def _write_outputs(
+        self, summary: dict, initial: dict | None, report, history: list[dict]
+    ) -> None:
+        (self.out / "summary.json").write_text(
+            json.dumps(
+                {"summary": summary, "final_eval": report.to_dict(), "initial_eval": initial},
+                indent=1,
+                default=str,
+            )
+        )
         table = _summary_table(summary)
         (self.out / "summary.md").write_text(table + "\n\n" + report.table("markdown") + "\n")
         _print_summary(summary, report)
@@ -496,14 +676,23 @@ class _Progress:
                 TimeRemainingColumn,
             )
 
-            self._p = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-                               TimeElapsedColumn(), TimeRemainingColumn(), transient=False)
+            self._p = Progress(
+                TextColumn("[bold]train"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[info]}"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                transient=False,
+            )
             self._p.start()
             self._task = self._p.add_task("train", total=total, completed=start, info="")
 
     def update(self, done: int, row: dict) -> None:
-        info = (f"success {row['train/success_rate']:.0%}  return {row['train/mean_return']:+.2f}  "
-                f"{row['time/iteration_s']:.1f}s/it (rollout {row['time/rollout_s']:.1f} credit {row['time/credit_s']:.2f} update {row['time/update_s']:.1f})")
+        info = (
+            f"success {row['train/success_rate']:.0%}  return {row['train/mean_return']:+.2f}  "
+            f"{row['time/iteration_s']:.1f}s/it (rollout {row['time/rollout_s']:.1f} credit {row['time/credit_s']:.2f} update {row['time/update_s']:.1f})"
+        )
         if self._p is not None:
             self._p.update(self._task, completed=done, info=info)
 
@@ -526,14 +715,27 @@ def _fmt_ci(rate: float, lo: float, hi: float) -> str:
 def _summary_table(s: dict) -> str:
     lines = ["| | greedy success on the held-out set (95 % Wilson CI) |", "|---|---|"]
     if "initial_success_rate" in s:
-        lines.append(f"| initial policy | {_fmt_ci(s['initial_success_rate'], s['initial_ci_low'], s['initial_ci_high'])} |")
-    lines.append(f"| final policy | {_fmt_ci(s['final_success_rate'], s['final_ci_low'], s['final_ci_high'])} |")
+        lines.append(
+            f"| initial policy | {_fmt_ci(s['initial_success_rate'], s['initial_ci_low'], s['initial_ci_high'])} |"
+        )
+    lines.append(
+        f"| final policy | {_fmt_ci(s['final_success_rate'], s['final_ci_low'], s['final_ci_high'])} |"
+    )
     if "improvement_points" in s:
-        lines.append(f"| improvement | {s['improvement_points']:+.1f} points; intervals {'overlap' if s['intervals_overlap'] else 'do not overlap'} |")
-    lines.append(f"| episodes | {s['eval_episodes']} ({s['env']}, credit={s['credit']}, model={s['model']}, {s['iterations']} iterations) |")
+        lines.append(
+            f"| improvement | {s['improvement_points']:+.1f} points; intervals {'overlap' if s['intervals_overlap'] else 'do not overlap'} |"
+        )
+    lines.append(
+        f"| episodes | {s['eval_episodes']} ({s['env']}, credit={s['credit']}, model={s['model']}, {s['iterations']} iterations) |"
+    )
     if "mean_iteration_s" in s:
-        lines.append(f"| time per iteration | {s['mean_iteration_s']:.2f} s wall ({s['mean_iteration_cpu_s']:.2f} s CPU): rollout {s['mean_rollout_s']:.2f}, credit {s['mean_credit_s']:.3f}, update {s['mean_update_s']:.2f} |")
-    lines.append(f"| peak memory | {s['peak_rss_mb']:.0f} MiB resident" + (f", {s['peak_cuda_mb']:.0f} MiB CUDA |" if "peak_cuda_mb" in s else " |"))
+        lines.append(
+            f"| time per iteration | {s['mean_iteration_s']:.2f} s wall ({s['mean_iteration_cpu_s']:.2f} s CPU): rollout {s['mean_rollout_s']:.2f}, credit {s['mean_credit_s']:.3f}, update {s['mean_update_s']:.2f} |"
+        )
+    lines.append(
+        f"| peak memory | {s['peak_rss_mb']:.0f} MiB resident"
+        + (f", {s['peak_cuda_mb']:.0f} MiB CUDA |" if "peak_cuda_mb" in s else " |")
+    )
     return "\n".join(lines)
 
 
@@ -548,15 +750,32 @@ def _print_summary(s: dict, report) -> None:
     table.add_column("")
     table.add_column("greedy success, held-out (95 % Wilson CI)")
     if "initial_success_rate" in s:
-        table.add_row("initial policy", _fmt_ci(s["initial_success_rate"], s["initial_ci_low"], s["initial_ci_high"]))
-    table.add_row("final policy", _fmt_ci(s["final_success_rate"], s["final_ci_low"], s["final_ci_high"]))
+        table.add_row(
+            "initial policy",
+            _fmt_ci(s["initial_success_rate"], s["initial_ci_low"], s["initial_ci_high"]),
+        )
+    table.add_row(
+        "final policy", _fmt_ci(s["final_success_rate"], s["final_ci_low"], s["final_ci_high"])
+    )
     if "improvement_points" in s:
         verdict = "learned" if s.get("learned") else "not significant"
-        table.add_row("improvement", f"{s['improvement_points']:+.1f} points ({verdict}; intervals {'overlap' if s['intervals_overlap'] else 'do not overlap'})")
-    table.add_row("episodes", f"{s['eval_episodes']} ({s['env']}, credit={s['credit']}, model={s['model']})")
+        table.add_row(
+            "improvement",
+            f"{s['improvement_points']:+.1f} points ({verdict}; intervals {'overlap' if s['intervals_overlap'] else 'do not overlap'})",
+        )
+    table.add_row(
+        "episodes", f"{s['eval_episodes']} ({s['env']}, credit={s['credit']}, model={s['model']})"
+    )
     if "mean_iteration_s" in s:
-        table.add_row("per iteration", f"{s['mean_iteration_s']:.2f} s wall, {s['mean_iteration_cpu_s']:.2f} s CPU (rollout {s['mean_rollout_s']:.2f} / credit {s['mean_credit_s']:.3f} / update {s['mean_update_s']:.2f})")
-    table.add_row("peak memory", f"{s['peak_rss_mb']:.0f} MiB resident" + (f", {s['peak_cuda_mb']:.0f} MiB CUDA" if "peak_cuda_mb" in s else ""))
+        table.add_row(
+            "per iteration",
+            f"{s['mean_iteration_s']:.2f} s wall, {s['mean_iteration_cpu_s']:.2f} s CPU (rollout {s['mean_rollout_s']:.2f} / credit {s['mean_credit_s']:.3f} / update {s['mean_update_s']:.2f})",
+        )
+    table.add_row(
+        "peak memory",
+        f"{s['peak_rss_mb']:.0f} MiB resident"
+        + (f", {s['peak_cuda_mb']:.0f} MiB CUDA" if "peak_cuda_mb" in s else ""),
+    )
     console = Console()
     console.print(table)
     report.print(console)
@@ -569,7 +788,11 @@ def _plot_curves(history: list[dict], path: Path, summary: dict) -> None:
     import matplotlib.pyplot as plt
 
     train = [r for r in history if r.get("phase") == "train"]
-    evals = [r for r in history if str(r.get("phase", "")).startswith("eval") and "eval/success_rate" in r]
+    evals = [
+        r
+        for r in history
+        if str(r.get("phase", "")).startswith("eval") and "eval/success_rate" in r
+    ]
     fig, ax = plt.subplots(figsize=(7, 4))
     if train:
         x = [r["iteration"] for r in train]
@@ -583,7 +806,14 @@ def _plot_curves(history: list[dict], path: Path, summary: dict) -> None:
         y = [r["eval/success_rate"] for r in evals]
         lo = [r["eval/success_ci_low"] for r in evals]
         hi = [r["eval/success_ci_high"] for r in evals]
-        ax.errorbar(x, y, yerr=[np.subtract(y, lo), np.subtract(hi, y)], fmt="o-", capsize=3, label="held-out greedy (95 % CI)")
+        ax.errorbar(
+            x,
+            y,
+            yerr=[np.subtract(y, lo), np.subtract(hi, y)],
+            fmt="o-",
+            capsize=3,
+            label="held-out greedy (95 % CI)",
+        )
     ax.set_xlabel("iteration")
     ax.set_ylabel("success rate")
     ax.set_ylim(0, 1)

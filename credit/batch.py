@@ -36,7 +36,9 @@ def _rows(mask: np.ndarray, limit: int = 10) -> str:
 def _check_sums(what: str, per_row: np.ndarray) -> None:
     bad = ~np.isfinite(per_row)
     if bad.any():
-        raise StepBatchError(f"{what} overflow float64 at {_rows(bad)}: the rewards are too large; rescale them")
+        raise StepBatchError(
+            f"{what} overflow float64 at {_rows(bad)}: the rewards are too large; rescale them"
+        )
 
 
 def _as_int(name: str, values: Any, n: int | None) -> np.ndarray:
@@ -51,7 +53,11 @@ def _as_int(name: str, values: Any, n: int | None) -> np.ndarray:
         return arr.astype(np.int64)
     if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
         return arr.astype(np.int64)
-    hint = " (map string or uuid ids to integers with credit.factorize)" if arr.dtype.kind in "OUS" else ""
+    hint = (
+        " (map string or uuid ids to integers with credit.factorize)"
+        if arr.dtype.kind in "OUS"
+        else ""
+    )
     raise StepBatchError(f"column {name!r} must hold integers, got dtype {arr.dtype}{hint}")
 
 
@@ -61,7 +67,9 @@ def _as_float(name: str, values: Any, n: int, ndim: int = 1) -> np.ndarray:
     except (TypeError, ValueError) as exc:
         raise StepBatchError(f"column {name!r} must hold numbers: {exc}") from exc
     if arr.ndim != ndim or len(arr) != n:
-        raise StepBatchError(f"column {name!r} must have shape ({n}{', d' if ndim == 2 else ''}), got {arr.shape}")
+        raise StepBatchError(
+            f"column {name!r} must have shape ({n}{', d' if ndim == 2 else ''}), got {arr.shape}"
+        )
     bad = ~np.isfinite(arr) if ndim == 1 else ~np.isfinite(arr).all(axis=1)
     if bad.any():
         raise StepBatchError(f"column {name!r} has NaN or infinite values at {_rows(bad)}")
@@ -78,7 +86,9 @@ def _as_embedding(values: Any, n: int) -> np.ndarray:
             raise StepBatchError(f"column 'embedding' must hold numbers: {exc}") from exc
     if arr.ndim != 2 or len(arr) != n:
         raise StepBatchError(f"column 'embedding' must have shape ({n}, d), got {arr.shape}")
-    bad = ~np.isfinite(arr.sum(axis=1))  # one pass; a NaN or inf anywhere makes the row sum non-finite
+    bad = ~np.isfinite(
+        arr.sum(axis=1)
+    )  # one pass; a NaN or inf anywhere makes the row sum non-finite
     if bad.any():
         bad = ~np.isfinite(arr).all(axis=1)
         if bad.any():
@@ -195,7 +205,9 @@ class StepBatch:
         if self.milestone is not None:
             ms = _as_int("milestone", self.milestone, n)
             if (ms < 0).any():
-                raise StepBatchError(f"column 'milestone' must be >= 0; negative at {_rows(ms < 0)}")
+                raise StepBatchError(
+                    f"column 'milestone' must be >= 0; negative at {_rows(ms < 0)}"
+                )
             set_(self, "milestone", ms)
         if self.value is not None:
             set_(self, "value", _as_float("value", self.value, n))
@@ -225,7 +237,9 @@ class StepBatch:
         mixed = (lo != hi)[codes]
         if mixed.any():
             ids = np.unique(self.traj[mixed])[:5].tolist()
-            raise StepBatchError(f"trajectories {ids} span several groups (each trajectory belongs to one group) at {_rows(mixed)}")
+            raise StepBatchError(
+                f"trajectories {ids} span several groups (each trajectory belongs to one group) at {_rows(mixed)}"
+            )
         lengths = np.bincount(codes, minlength=n_traj)
         max_t = np.full(n_traj, -1, dtype=np.int64)
         np.maximum.at(max_t, codes, self.t)
@@ -237,10 +251,14 @@ class StepBatch:
         gap = max_t != lengths - 1
         if gap.any():
             bad = gap[codes]
-            raise StepBatchError(f"steps of a trajectory are not contiguous from t=0 at {_rows(bad)}")
+            raise StepBatchError(
+                f"steps of a trajectory are not contiguous from t=0 at {_rows(bad)}"
+            )
         early_done = self.done & (self.t != max_t[codes])
         if early_done.any():
-            raise StepBatchError(f"'done' is set before the last step of a trajectory at {_rows(early_done)}")
+            raise StepBatchError(
+                f"'done' is set before the last step of a trajectory at {_rows(early_done)}"
+            )
         if self.success is not None:
             ref = np.zeros(n_traj, dtype=bool)
             ref[codes] = self.success
@@ -301,7 +319,9 @@ class StepBatch:
 
     @cached_property
     def _anchor_codes(self) -> tuple[np.ndarray, int]:
-        return combine_codes((self.group_index, self.num_groups), (self.state_index, int(self.state_index.max()) + 1))
+        return combine_codes(
+            (self.group_index, self.num_groups), (self.state_index, int(self.state_index.max()) + 1)
+        )
 
     @property
     def anchor_index(self) -> np.ndarray:
@@ -445,7 +465,10 @@ class StepBatch:
         ``valid``, ``milestones``, ``values``, ``success`` (bool); ``traj`` defaults to its
         position in the list. The last step of each trajectory is marked done.
         """
-        cols: dict[str, list] = {k: [] for k in ("group", "traj", "t", "reward", "done", "state_key", "action_key", "valid")}
+        cols: dict[str, list] = {
+            k: []
+            for k in ("group", "traj", "t", "reward", "done", "state_key", "action_key", "valid")
+        }
         opt: dict[str, list] = {"milestone": [], "value": [], "success": []}
         for k, tr in enumerate(trajectories):
             T = len(tr["rewards"])
@@ -460,7 +483,10 @@ class StepBatch:
             opt["milestone"] += list(tr.get("milestones", [0] * T))
             opt["value"] += list(tr.get("values", [0.0] * T))
             opt["success"] += [bool(tr.get("success", False))] * T
-        has = {k: any(k2 in tr for tr in trajectories) for k, k2 in (("milestone", "milestones"), ("value", "values"), ("success", "success"))}
+        has = {
+            k: any(k2 in tr for tr in trajectories)
+            for k, k2 in (("milestone", "milestones"), ("value", "values"), ("success", "success"))
+        }
         return cls(**cols, **{k: (v if has[k] else None) for k, v in opt.items()})
 
 

@@ -91,7 +91,9 @@ def _leaders_one_group(X: np.ndarray, norms: np.ndarray, radius: float) -> np.nd
 def leader_clusters(batch: StepBatch, radius: float) -> tuple[np.ndarray, int]:
     """Per row, its behavioural cluster (codes unique across task groups)."""
     if not 0.0 <= radius <= 2.0:
-        raise ValueError(f"option 'eps_radius' must lie in [0, 2] (a cosine distance), got {radius}")
+        raise ValueError(
+            f"option 'eps_radius' must lie in [0, 2] (a cosine distance), got {radius}"
+        )
     emb = batch.require("embedding", HOW)
     X = emb if emb.dtype in (np.float32, np.float64) else emb.astype(np.float64)
     norms = np.sqrt(np.einsum("ij,ij->i", X, X))
@@ -102,7 +104,9 @@ def leader_clusters(batch: StepBatch, radius: float) -> tuple[np.ndarray, int]:
     codes = np.empty(len(batch), dtype=np.int64)
     offset = 0
     for rows in np.split(order, bounds):
-        contiguous = rows[-1] - rows[0] == len(rows) - 1 and (len(rows) < 2 or bool(np.all(np.diff(rows) == 1)))
+        contiguous = rows[-1] - rows[0] == len(rows) - 1 and (
+            len(rows) < 2 or bool(np.all(np.diff(rows) == 1))
+        )
         Xg = X[rows[0] : rows[-1] + 1] if contiguous else X[rows]  # a view when rows are in order
         lab = _leaders_one_group(Xg, norms[rows], radius)
         codes[rows] = offset + lab
@@ -147,11 +151,15 @@ def bipace(
     A_S = np.where(c > 1, A_S, 0.0)
     if mode == "mean_std":
         A_S = A_S / (segment_std(G, codes, n)[codes] + eps)
-    A_E = episode_advantages(batch, mode, episode_stats, eps, "raw", invalid_penalty=invalid_penalty)
+    A_E = episode_advantages(
+        batch, mode, episode_stats, eps, "raw", invalid_penalty=invalid_penalty
+    )
     diag = episode_diagnostics(batch)
     diag.update(group_diagnostics(batch, "cluster", codes, n, G))
     if batch.num_anchors:
-        diag["anchor_singleton_fraction"] = float(np.mean(np.bincount(batch.anchor_index)[batch.anchor_index] == 1))
+        diag["anchor_singleton_fraction"] = float(
+            np.mean(np.bincount(batch.anchor_index)[batch.anchor_index] == 1)
+        )
     if action_baseline:
         diag["action_fallback_fraction"] = float(np.mean((c > 1) & (counts_a[ca] < min_peers)))
     return CreditResult(A_E + omega * A_S, diag, {"episode": A_E, "step": A_S})

@@ -35,9 +35,13 @@ def parse_spec(spec: Any, where: str) -> tuple[str, dict[str, Any], float, str |
     if isinstance(spec, str):
         return spec, {}, 1.0, None
     if not isinstance(spec, Mapping):
-        raise TypeError(f"{where} must be a module name or a mapping with 'name', got {type(spec).__name__}")
+        raise TypeError(
+            f"{where} must be a module name or a mapping with 'name', got {type(spec).__name__}"
+        )
     if "name" not in spec:
-        raise ValueError(f"{where} needs a 'name' key (the credit module); got keys {sorted(map(str, spec))}")
+        raise ValueError(
+            f"{where} needs a 'name' key (the credit module); got keys {sorted(map(str, spec))}"
+        )
     opts = {str(k): _plain(v) for k, v in spec.items() if k not in _META}
     weight = float(spec.get("weight", 1.0))
     component = spec.get("component")
@@ -65,7 +69,9 @@ def _component(result: CreditResult, name: str, component: str, where: str) -> n
     comps = result.components
     if component not in comps:
         have = ", ".join(["advantages", *sorted(comps)])
-        raise ValueError(f"{where}: credit module {name!r} has no component {component!r}; it has: {have}")
+        raise ValueError(
+            f"{where}: credit module {name!r} has no component {component!r}; it has: {have}"
+        )
     return np.asarray(comps[component], dtype=np.float64)
 
 
@@ -73,7 +79,9 @@ def _component(result: CreditResult, name: str, component: str, where: str) -> n
 def compose(batch: StepBatch, *, base: Any = "grpo", terms: Any = ()) -> CreditResult:
     """Sum of a base module's advantages and weighted components of other modules."""
     if isinstance(terms, str | Mapping) or not isinstance(terms, Sequence):
-        raise TypeError("option 'terms' must be a list of module specs (names or mappings with 'name')")
+        raise TypeError(
+            "option 'terms' must be a list of module specs (names or mappings with 'name')"
+        )
     adv = np.zeros(len(batch))
     diag: dict[str, Any] = {}
     components: dict[str, np.ndarray] = {}

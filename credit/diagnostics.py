@@ -36,7 +36,10 @@ def all_fail_rows(batch: StepBatch) -> np.ndarray | None:
     succ = batch.traj_success
     if succ is None:
         return None
-    any_win = np.bincount(batch.traj_group, weights=succ.astype(np.float64), minlength=batch.num_groups) > 0
+    any_win = (
+        np.bincount(batch.traj_group, weights=succ.astype(np.float64), minlength=batch.num_groups)
+        > 0
+    )
     return ~any_win[batch.group_index]
 
 
@@ -59,7 +62,9 @@ def group_diagnostics(
     out: dict[str, Any] = {
         f"{name}_group_sizes": size_histogram(codes, n),
         f"{name}_singleton_fraction": float(np.mean(member_size == 1)),
-        f"{name}_mean_group_size": float(np.mean(counts[counts > 0])) if (counts > 0).any() else 0.0,
+        f"{name}_mean_group_size": float(np.mean(counts[counts > 0]))
+        if (counts > 0).any()
+        else 0.0,
     }
     fail = all_fail_rows(batch)
     if signal is not None and fail is not None:
@@ -83,7 +88,9 @@ def episode_diagnostics(batch: StepBatch, returns: np.ndarray | None = None) -> 
     np.maximum.at(hi, g, R)
     out: dict[str, Any] = {
         "episode_group_sizes": size_histogram(g, batch.num_groups),
-        "episode_singleton_fraction": float(np.mean(np.bincount(g, minlength=batch.num_groups)[g] == 1)),
+        "episode_singleton_fraction": float(
+            np.mean(np.bincount(g, minlength=batch.num_groups)[g] == 1)
+        ),
         "episode_groups_all_equal": float(np.mean(lo == hi)),
     }
     succ = batch.traj_success
@@ -95,7 +102,9 @@ def episode_diagnostics(batch: StepBatch, returns: np.ndarray | None = None) -> 
             dev, cnt = deviations(R[fail_traj], g[fail_traj], batch.num_groups)
             var = np.bincount(g[fail_traj], weights=dev * dev, minlength=batch.num_groups)
             keep = cnt >= 2
-            out["episode_all_fail_var"] = float(np.mean(var[keep] / cnt[keep])) if keep.any() else 0.0
+            out["episode_all_fail_var"] = (
+                float(np.mean(var[keep] / cnt[keep])) if keep.any() else 0.0
+            )
         else:
             out["episode_all_fail_var"] = 0.0
     return out

@@ -26,7 +26,9 @@ from .registry import CreditResult, register
 
 __all__ = ["gae"]
 
-HOW = "run the learner with a value head (critic) and fill StepBatch(value=...) with V(s_t) per step"
+HOW = (
+    "run the learner with a value head (critic) and fill StepBatch(value=...) with V(s_t) per step"
+)
 
 
 @register("gae")
@@ -54,5 +56,7 @@ def gae(
     diag = episode_diagnostics(batch)
     diag["value_mean"] = float(V.mean())
     diag["td_error_abs_mean"] = float(np.abs(delta).mean())
-    diag["explained_variance"] = float(1.0 - np.var(returns - V) / np.var(returns)) if np.var(returns) > 0 else 0.0
+    diag["explained_variance"] = (
+        float(1.0 - np.var(returns - V) / np.var(returns)) if np.var(returns) > 0 else 0.0
+    )
     return CreditResult(adv, diag, {"step": adv, "returns": returns, "td_error": delta})

@@ -67,7 +67,9 @@ def gagpo(
     v_next = np.where(nxt >= 0, V[np.maximum(nxt, 0)], 0.0)
     delta = r + gamma * v_next - V
     raw = batch.reverse_accumulate(delta, gamma * lam)
-    adv = normalize(raw, batch.group_index, batch.num_groups, mode, ddof=1, eps=eps, singleton="zero")
+    adv = normalize(
+        raw, batch.group_index, batch.num_groups, mode, ddof=1, eps=eps, singleton="zero"
+    )
     diag = episode_diagnostics(batch)
     diag.update(group_diagnostics(batch, "state", batch.anchor_index, batch.num_anchors, G))
     diag.update(group_diagnostics(batch, "gae", batch.group_index, batch.num_groups, raw))

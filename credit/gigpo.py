@@ -62,7 +62,9 @@ def step_returns(batch: StepBatch, gamma: float, invalid_penalty: float = 0.0) -
     return G
 
 
-def similarity_groups(batch: StepBatch, threshold: float, key: str = "observation") -> tuple[np.ndarray, int]:
+def similarity_groups(
+    batch: StepBatch, threshold: float, key: str = "observation"
+) -> tuple[np.ndarray, int]:
     """Greedy text-similarity clusters within each task group (GiGPO's ``enable_similarity``).
 
     A step joins the first cluster (in creation order) whose representative (its first member)
@@ -73,7 +75,10 @@ def similarity_groups(batch: StepBatch, threshold: float, key: str = "observatio
     """
     if not 0.0 < threshold < 1.0:
         raise ValueError(f"option 'similarity' must lie in (0, 1), got {threshold}")
-    text = batch.require(key, f"similarity grouping reads the step's observation text from extras[{key!r}]; pass extras={{{key!r}: [...]}} to StepBatch")
+    text = batch.require(
+        key,
+        f"similarity grouping reads the step's observation text from extras[{key!r}]; pass extras={{{key!r}: [...]}} to StepBatch",
+    )
     order = np.lexsort((batch.t, batch.traj, batch.group))
     codes = np.empty(len(batch), dtype=np.int64)
     n_clusters = 0
@@ -88,12 +93,18 @@ def similarity_groups(batch: StepBatch, threshold: float, key: str = "observatio
         for r in rows.tolist():
             obs = text[r]
             if not isinstance(obs, str):
-                raise StepBatchError(f"extras[{key!r}] must hold strings for similarity grouping; row {r} has {type(obs).__name__}")
+                raise StepBatchError(
+                    f"extras[{key!r}] must hold strings for similarity grouping; row {r} has {type(obs).__name__}"
+                )
             hit = seen.get(obs)
             if hit is None:
                 for ci, sm in enumerate(reps):
                     sm.set_seq1(obs)
-                    if sm.real_quick_ratio() >= threshold and sm.quick_ratio() >= threshold and sm.ratio() >= threshold:
+                    if (
+                        sm.real_quick_ratio() >= threshold
+                        and sm.quick_ratio() >= threshold
+                        and sm.ratio() >= threshold
+                    ):
                         hit = ci
                         break
                 if hit is None:
@@ -121,7 +132,9 @@ def gigpo(
 ) -> CreditResult:
     """GiGPO: episode-level GRPO term plus omega times the anchor-state step term."""
     check_choice("mode", mode, ("mean", "mean_std"))
-    A_E = episode_advantages(batch, mode, episode_stats, eps, "raw", invalid_penalty=invalid_penalty)
+    A_E = episode_advantages(
+        batch, mode, episode_stats, eps, "raw", invalid_penalty=invalid_penalty
+    )
     G = step_returns(batch, gamma, invalid_penalty)
     if similarity is None:
         codes, n = batch.anchor_index, batch.num_anchors

@@ -39,7 +39,9 @@ from .registry import CreditResult, register
 
 __all__ = ["graphgpo", "success_distances"]
 
-HOW = "fill StepBatch(success=...) with whether each row's rollout succeeded (info['won'] at its end)"
+HOW = (
+    "fill StepBatch(success=...) with whether each row's rollout succeeded (info['won'] at its end)"
+)
 
 
 def success_distances(batch: StepBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -122,11 +124,24 @@ def graphgpo(
     d_next, group_has_success, d_src = success_distances(batch)
     exponent = d_next + (1.0 if convention == "paper" else 0.0)
     raw = np.where(group_has_success, success_reward * np.power(omega, exponent), 0.0)
-    A_S = normalize(raw, batch.anchor_index, batch.num_anchors, mode, ddof=1, eps=eps, singleton="zero")
+    A_S = normalize(
+        raw, batch.anchor_index, batch.num_anchors, mode, ddof=1, eps=eps, singleton="zero"
+    )
     A_S = np.where(group_has_success, A_S, 0.0)
-    A_E = episode_advantages(batch, mode, episode_stats, eps, "raw", invalid_penalty=invalid_penalty)
+    A_E = episode_advantages(
+        batch, mode, episode_stats, eps, "raw", invalid_penalty=invalid_penalty
+    )
     diag = episode_diagnostics(batch)
     diag.update(group_diagnostics(batch, "step", batch.anchor_index, batch.num_anchors, raw))
-    diag["groups_with_success"] = float(np.mean(np.bincount(batch.group_index, weights=group_has_success, minlength=batch.num_groups) > 0))
-    diag["mean_distance_to_success"] = float(d_src[group_has_success].mean()) if group_has_success.any() else 0.0
-    return CreditResult(A_E + step_weight * A_S, diag, {"episode": A_E, "step": A_S, "graph_return": raw})
+    diag["groups_with_success"] = float(
+        np.mean(
+            np.bincount(batch.group_index, weights=group_has_success, minlength=batch.num_groups)
+            > 0
+        )
+    )
+    diag["mean_distance_to_success"] = (
+        float(d_src[group_has_success].mean()) if group_has_success.any() else 0.0
+    )
+    return CreditResult(
+        A_E + step_weight * A_S, diag, {"episode": A_E, "step": A_S, "graph_return": raw}
+    )

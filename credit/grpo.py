@@ -35,7 +35,9 @@ Stats = Literal["per_trajectory", "per_step_rows"]
 STATS = ("per_trajectory", "per_step_rows")
 
 
-def row_scores(batch: StepBatch, invalid_penalty: float = 0.0, returns: np.ndarray | None = None) -> np.ndarray:
+def row_scores(
+    batch: StepBatch, invalid_penalty: float = 0.0, returns: np.ndarray | None = None
+) -> np.ndarray:
     """Per row, its rollout's episode return minus ``invalid_penalty`` if the row's action was invalid."""
     R = batch.episode_return if returns is None else returns
     score = R[batch.traj_index]
@@ -63,7 +65,9 @@ def episode_advantages(
     R = batch.episode_return if returns is None else np.asarray(returns, dtype=np.float64)
     score = row_scores(batch, invalid_penalty, R)
     if stats == "per_step_rows":
-        return normalize(score, batch.group_index, batch.num_groups, mode, eps=eps, singleton=singleton)
+        return normalize(
+            score, batch.group_index, batch.num_groups, mode, eps=eps, singleton=singleton
+        )
     # per_trajectory: statistics over the rollouts of each group, one value each.
     g, ng = batch.traj_group, batch.num_groups
     if not invalid_penalty:

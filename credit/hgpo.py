@@ -39,7 +39,9 @@ from .registry import CreditResult, register
 __all__ = ["hgpo"]
 
 
-def _level_advantages(x: np.ndarray, codes: np.ndarray, n: int, mode: str, eps: float) -> np.ndarray:
+def _level_advantages(
+    x: np.ndarray, codes: np.ndarray, n: int, mode: str, eps: float
+) -> np.ndarray:
     """Normalise within groups (population std), with deviations at rounding level set to exactly 0.
 
     HGPO drops items that are exactly 0, so whether a step's return equals its group's mean must
@@ -90,7 +92,9 @@ def hgpo(
     # The hierarchy alone (what composition stacks on another base).
     components["step"] = np.where(den > 0, num / (den + eps), 0.0)
     if base_group:
-        A_E = episode_advantages(batch, mode, "per_step_rows", eps, "raw", invalid_penalty=invalid_penalty)
+        A_E = episode_advantages(
+            batch, mode, "per_step_rows", eps, "raw", invalid_penalty=invalid_penalty
+        )
         item = A_E != 0
         num = num + np.where(item, A_E, 0.0)  # level 0, weight (0 + 1)^alpha = 1
         den = den + item

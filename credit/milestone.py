@@ -53,7 +53,9 @@ HOW = (
 )
 
 
-def milestone_segments(batch: StepBatch, gamma: float, reward_scale: float) -> tuple[np.ndarray, np.ndarray]:
+def milestone_segments(
+    batch: StepBatch, gamma: float, reward_scale: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Per row, (segment index, shaped reward) from the ``milestone`` column."""
     if not 0.0 <= gamma <= 1.0:
         raise ValueError(f"option 'gamma' must lie in [0, 1], got {gamma}")
@@ -95,14 +97,20 @@ def milestone(
     A_S = normalize(shaped, codes, n, mode, ddof=1, eps=eps, singleton="zero")
     diag = episode_diagnostics(batch)
     if base is None:
-        A_E = episode_advantages(batch, mode, episode_stats, eps, "raw", invalid_penalty=invalid_penalty)
+        A_E = episode_advantages(
+            batch, mode, episode_stats, eps, "raw", invalid_penalty=invalid_penalty
+        )
     else:
         res = run_spec(batch, base, "option 'base'")
         A_E = np.asarray(res.advantages, dtype=np.float64)
         diag.update({f"base/{k}": v for k, v in res.diagnostics.items()})
     diag.update(group_diagnostics(batch, "segment", codes, n, shaped))
     ms = batch.milestone
-    per_traj = np.bincount(batch.traj_index, weights=ms.astype(np.float64), minlength=batch.num_trajectories)
+    per_traj = np.bincount(
+        batch.traj_index, weights=ms.astype(np.float64), minlength=batch.num_trajectories
+    )
     diag["milestones_per_trajectory"] = float(per_traj.mean())
     diag["trajectories_with_milestone"] = float(np.mean(per_traj > 0))
-    return CreditResult(A_E + weight * A_S, diag, {"episode": A_E, "step": A_S, "shaped_reward": shaped})
+    return CreditResult(
+        A_E + weight * A_S, diag, {"episode": A_E, "step": A_S, "shaped_reward": shaped}
+    )

@@ -40,7 +40,9 @@ __all__ = [
 def check_choice(name: str, value: object, choices: tuple) -> None:
     """Raise ``ValueError`` naming the option and its valid values when ``value`` is not one."""
     if value not in choices:
-        raise ValueError(f"option {name!r} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+        raise ValueError(
+            f"option {name!r} must be one of {', '.join(map(repr, choices))}; got {value!r}"
+        )
 
 
 def segment_sum(values: np.ndarray, codes: np.ndarray, n: int) -> np.ndarray:

@@ -65,7 +65,9 @@ def get(name: str) -> CreditFn:
 def options(name: str) -> dict[str, Any]:
     """The module's hyper-parameters and their defaults."""
     sig = inspect.signature(get(name))
-    return {p.name: p.default for p in list(sig.parameters.values())[1:] if p.kind is p.KEYWORD_ONLY}
+    return {
+        p.name: p.default for p in list(sig.parameters.values())[1:] if p.kind is p.KEYWORD_ONLY
+    }
 
 
 def compute(batch: StepBatch, method: str, **hparams: Any) -> CreditResult:
@@ -83,7 +85,9 @@ def compute(batch: StepBatch, method: str, **hparams: Any) -> CreditResult:
     result = fn(batch, **hparams)
     adv = np.asarray(result.advantages)
     if adv.shape != (len(batch),):
-        raise RuntimeError(f"credit module {method!r} returned shape {adv.shape}, expected ({len(batch)},)")
+        raise RuntimeError(
+            f"credit module {method!r} returned shape {adv.shape}, expected ({len(batch)},)"
+        )
     if not np.isfinite(adv).all():
         bad = np.flatnonzero(~np.isfinite(adv))
         raise FloatingPointError(

@@ -23,7 +23,12 @@ from .registry import CreditResult, register
 
 
 def leave_one_out(
-    score: np.ndarray, codes: np.ndarray, values: np.ndarray, value_codes: np.ndarray, n: int, singleton: str
+    score: np.ndarray,
+    codes: np.ndarray,
+    values: np.ndarray,
+    value_codes: np.ndarray,
+    n: int,
+    singleton: str,
 ) -> np.ndarray:
     """n/(n-1) * (score - mean(values)) per segment, with n the segment's number of values."""
     mean, counts = segment_mean(values, value_codes, n)
@@ -44,8 +49,17 @@ def rloo_advantages(
     check_choice("singleton", singleton, ("raw", "zero"))
     score = row_scores(batch, invalid_penalty)
     if stats == "per_trajectory":
-        return leave_one_out(score, batch.group_index, batch.episode_return, batch.traj_group, batch.num_groups, singleton)
-    return leave_one_out(score, batch.group_index, score, batch.group_index, batch.num_groups, singleton)
+        return leave_one_out(
+            score,
+            batch.group_index,
+            batch.episode_return,
+            batch.traj_group,
+            batch.num_groups,
+            singleton,
+        )
+    return leave_one_out(
+        score, batch.group_index, score, batch.group_index, batch.num_groups, singleton
+    )
 
 
 @register("rloo")

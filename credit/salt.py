@@ -47,7 +47,9 @@ NODES = ("state", "state_action", "transition", "history")
 def node_codes(batch: StepBatch, node: Node = "state_action") -> tuple[np.ndarray, int]:
     """Per row, its graph node: codes shared by identical steps of the same task group."""
     if node not in NODES:
-        raise ValueError(f"option 'node' must be one of {', '.join(map(repr, NODES))}; got {node!r}")
+        raise ValueError(
+            f"option 'node' must be one of {', '.join(map(repr, NODES))}; got {node!r}"
+        )
     anchor = (batch.anchor_index, batch.num_anchors)
     action = (batch.action_index, int(batch.action_index.max()) + 1)
     if node == "state":
@@ -112,9 +114,13 @@ def salt(
     shared = rollouts[codes] >= min_share
     adv = np.where(shared, node_value[codes], A)
     if renormalize:
-        adv = normalize(adv, batch.group_index, batch.num_groups, "mean_std", ddof=1, eps=eps, singleton="zero")
+        adv = normalize(
+            adv, batch.group_index, batch.num_groups, "mean_std", ddof=1, eps=eps, singleton="zero"
+        )
     diag = episode_diagnostics(batch)
-    diag.update({f"base/{k}": v for k, v in base_res.diagnostics.items() if not k.startswith("episode")})
+    diag.update(
+        {f"base/{k}": v for k, v in base_res.diagnostics.items() if not k.startswith("episode")}
+    )
     src, dst = _edges(batch, codes, n)
     out_deg = np.bincount(src, minlength=n)
     diag.update(
@@ -164,7 +170,15 @@ def salt_graph(
     g = nx.DiGraph()
     live = np.flatnonzero(visits)
     g.add_nodes_from(
-        (int(k), {"group": int(group[k]), "rollouts": int(rollouts[k]), "visits": int(visits[k]), "value": float(value[k])})
+        (
+            int(k),
+            {
+                "group": int(group[k]),
+                "rollouts": int(rollouts[k]),
+                "visits": int(visits[k]),
+                "value": float(value[k]),
+            },
+        )
         for k in live
     )
     src, dst = _edges(batch, c, n)

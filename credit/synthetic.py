@@ -42,7 +42,9 @@ def random_batch(
     state = np.zeros(n_traj, dtype=np.int64)
     alive = np.ones(n_traj, dtype=bool)
     visited_ms = np.zeros((n_traj, n_states), dtype=bool)
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("traj", "t", "state", "action", "reward", "won", "valid", "ms", "next")}
+    cols: dict[str, list[np.ndarray]] = {
+        k: [] for k in ("traj", "t", "state", "action", "reward", "won", "valid", "ms", "next")
+    }
     for t in range(max_len):
         idx = np.flatnonzero(alive)
         if not len(idx):
@@ -53,9 +55,17 @@ def random_batch(
         won = nxt == goal[group_of[idx]]
         ms = milestone_state[group_of[idx], nxt] & ~visited_ms[idx, nxt]
         visited_ms[idx, nxt] |= ms
-        for k, v in (("traj", idx), ("t", np.full(len(idx), t)), ("state", state[idx]), ("action", a),
-                     ("reward", step_cost + success_reward * won), ("won", won), ("valid", valid),
-                     ("ms", ms.astype(np.int64)), ("next", nxt)):
+        for k, v in (
+            ("traj", idx),
+            ("t", np.full(len(idx), t)),
+            ("state", state[idx]),
+            ("action", a),
+            ("reward", step_cost + success_reward * won),
+            ("won", won),
+            ("valid", valid),
+            ("ms", ms.astype(np.int64)),
+            ("next", nxt),
+        ):
             cols[k].append(v)
         state[idx] = nxt
         alive[idx[won]] = False
@@ -69,14 +79,30 @@ def random_batch(
     success = np.zeros(n_traj, dtype=bool)
     success[traj[c["won"]]] = True
     g = group_of[traj]
-    state_key = np.asarray([f"g{gi}s{si}" for gi, si in zip(g.tolist(), c["state"].tolist(), strict=True)], dtype=object)
-    action_key = np.asarray(["up", "down", "left", "right", "push", "pull", "wait", "look"] * (1 + n_actions // 8), dtype=object)[c["action"]]
-    observation = np.asarray([f"You are in room {s}. Exits lead {s % 4} ways; the goal is {'near' if s % 3 else 'far'}." for s in c["state"].tolist()], dtype=object)
-    next_key = np.asarray([f"g{gi}s{si}" for gi, si in zip(g.tolist(), c["next"].tolist(), strict=True)], dtype=object)
+    state_key = np.asarray(
+        [f"g{gi}s{si}" for gi, si in zip(g.tolist(), c["state"].tolist(), strict=True)],
+        dtype=object,
+    )
+    action_key = np.asarray(
+        ["up", "down", "left", "right", "push", "pull", "wait", "look"] * (1 + n_actions // 8),
+        dtype=object,
+    )[c["action"]]
+    observation = np.asarray(
+        [
+            f"You are in room {s}. Exits lead {s % 4} ways; the goal is {'near' if s % 3 else 'far'}."
+            for s in c["state"].tolist()
+        ],
+        dtype=object,
+    )
+    next_key = np.asarray(
+        [f"g{gi}s{si}" for gi, si in zip(g.tolist(), c["next"].tolist(), strict=True)], dtype=object
+    )
     embedding = None
     if embedding_dim:
         base = rng.standard_normal((n_states, embedding_dim)).astype(np.float32)
-        embedding = base[c["state"]] + 0.01 * rng.standard_normal((n, embedding_dim)).astype(np.float32)
+        embedding = base[c["state"]] + 0.01 * rng.standard_normal((n, embedding_dim)).astype(
+            np.float32
+        )
     return StepBatch(
         group=g,
         traj=traj,
@@ -90,5 +116,9 @@ def random_batch(
         value=rng.normal(0.0, 1.0, size=n),
         embedding=embedding,
         success=success[traj],
-        extras={"observation": observation, "next_state_key": next_key, "turn_reward": c["valid"].astype(np.float64)},
+        extras={
+            "observation": observation,
+            "next_state_key": next_key,
+            "turn_reward": c["valid"].astype(np.float64),
+        },
     )

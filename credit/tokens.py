@@ -24,7 +24,9 @@ def step_to_tokens(step_advantages: np.ndarray, token_step: np.ndarray) -> np.nd
     return np.where(idx >= 0, adv[np.maximum(idx, 0)], np.float32(0.0)).astype(np.float32)
 
 
-def response_token_step(step_rows: np.ndarray, prompt_lengths: np.ndarray, total_lengths: np.ndarray, width: int) -> np.ndarray:
+def response_token_step(
+    step_rows: np.ndarray, prompt_lengths: np.ndarray, total_lengths: np.ndarray, width: int
+) -> np.ndarray:
     """``token_step`` for the one-sequence-per-step layout, right-padded to ``width``.
 
     Row k of the result is sequence k = prompt tokens then response tokens of step

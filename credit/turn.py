@@ -53,7 +53,9 @@ def _signal(batch: StepBatch, key: str | None) -> np.ndarray:
         raise StepBatchError(f"extras[{key!r}] must hold numbers: {exc}") from exc
     bad = ~np.isfinite(arr)
     if bad.any():
-        raise StepBatchError(f"extras[{key!r}] has NaN or infinite values at rows {np.flatnonzero(bad)[:10].tolist()}")
+        raise StepBatchError(
+            f"extras[{key!r}] has NaN or infinite values at rows {np.flatnonzero(bad)[:10].tolist()}"
+        )
     return arr
 
 

@@ -45,7 +45,10 @@ from credit.synthetic import random_batch  # noqa: E402
 # Groups of 8 rollouts of up to 50 steps; 128 groups is the issue's ~40k-step batch.
 SIZES = {"10k": 32, "40k": 128, "160k": 512}
 SPECS: dict[str, dict] = {
-    "compose": {"base": {"name": "grpo", "mode": "mean"}, "terms": [{"name": "gigpo"}, {"name": "milestone", "weight": 0.5}]},
+    "compose": {
+        "base": {"name": "grpo", "mode": "mean"},
+        "terms": [{"name": "gigpo"}, {"name": "milestone", "weight": 0.5}],
+    },
 }
 BUDGET_MS = {"bipace": 1000.0}
 
@@ -76,7 +79,23 @@ def time_module(name: str, n_groups: int, repeats: int, dim: int) -> tuple[float
 
 def time_batch_build(n_groups: int, repeats: int) -> float:
     b = make(n_groups, seed=0)
-    cols = {k: getattr(b, k) for k in ("group", "traj", "t", "reward", "done", "state_key", "action_key", "valid", "milestone", "value", "success", "extras")}
+    cols = {
+        k: getattr(b, k)
+        for k in (
+            "group",
+            "traj",
+            "t",
+            "reward",
+            "done",
+            "state_key",
+            "action_key",
+            "valid",
+            "milestone",
+            "value",
+            "success",
+            "extras",
+        )
+    }
     best = np.inf
     for _ in range(repeats):
         c0 = time.process_time()
@@ -118,7 +137,9 @@ def reference_gigpo_ms(root: Path, n_groups: int, repeats: int) -> tuple[float, 
     for _ in range(max(1, repeats // 2)):
         with contextlib.redirect_stdout(io.StringIO()):
             c0 = time.process_time()
-            out, _ = ref.compute_gigpo_outcome_advantage(tlr, step_rewards, mask, b.state_key, index, traj, mode="mean_std_norm")
+            out, _ = ref.compute_gigpo_outcome_advantage(
+                tlr, step_rewards, mask, b.state_key, index, traj, mode="mean_std_norm"
+            )
             best_ref = min(best_ref, time.process_time() - c0)
     ours_ms, _ = time_module("gigpo", n_groups, repeats, 0)
     res = credit.compute(make(n_groups, seed=0), "gigpo")
@@ -126,10 +147,12 @@ def reference_gigpo_ms(root: Path, n_groups: int, repeats: int) -> tuple[float, 
     bad = diff > 1e-4
     size = np.bincount(b.anchor_index)[b.anchor_index]
     tied = bad & (res.components["step"] == 0) & (size >= 2)  # anchor groups of identical returns
-    print(f"  same batch: {bad.sum()} of {n} rows differ by more than 1e-4 (max {diff.max():.1e}), "
-          f"{tied.sum()} of them in anchor groups whose returns are all equal, where the reference's "
-          f"float32 mean leaves a residue that std normalisation amplifies; elsewhere max "
-          f"{diff[~tied].max():.1e}")
+    print(
+        f"  same batch: {bad.sum()} of {n} rows differ by more than 1e-4 (max {diff.max():.1e}), "
+        f"{tied.sum()} of them in anchor groups whose returns are all equal, where the reference's "
+        f"float32 mean leaves a residue that std normalisation amplifies; elsewhere max "
+        f"{diff[~tied].max():.1e}"
+    )
     return best_ref * 1e3, ours_ms, n
 
 
@@ -139,13 +162,23 @@ def main() -> None:
     ap.add_argument("--modules", nargs="+", default=credit.available())
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--dim", type=int, default=1536, help="embedding size for bipace")
-    ap.add_argument("--reference", type=Path, help="verl-agent checkout: time its GiGPO on the 40k batch")
+    ap.add_argument(
+        "--reference", type=Path, help="verl-agent checkout: time its GiGPO on the 40k batch"
+    )
     args = ap.parse_args()
 
-    print(f"credit benchmark: {platform.processor() or platform.machine()}, Python {platform.python_version()}, numpy {np.__version__}, 1 BLAS thread")
-    print(f"CPU ms, best of {args.repeats}, fresh batch per call; bipace with {args.dim}-dim float32 embeddings\n")
+    print(
+        f"credit benchmark: {platform.processor() or platform.machine()}, Python {platform.python_version()}, numpy {np.__version__}, 1 BLAS thread"
+    )
+    print(
+        f"CPU ms, best of {args.repeats}, fresh batch per call; bipace with {args.dim}-dim float32 embeddings\n"
+    )
     times: dict[str, dict[str, tuple[float, int]]] = {}
-    print(f"{'module':<10}" + "".join(f"{s + ' (ms)':>14}" for s in args.sizes) + f"{'us/step':>10}{'40k budget':>12}{'160k/10k per step':>19}")
+    print(
+        f"{'module':<10}"
+        + "".join(f"{s + ' (ms)':>14}" for s in args.sizes)
+        + f"{'us/step':>10}{'40k budget':>12}{'160k/10k per step':>19}"
+    )
     for name in args.modules:
         times[name] = {s: time_module(name, SIZES[s], args.repeats, args.dim) for s in args.sizes}
         row = f"{name:<10}" + "".join(f"{times[name][s][0]:>14.1f}" for s in args.sizes)
@@ -160,14 +193,20 @@ def main() -> None:
         print(row + "   wall ms: " + ", ".join(f"{WALL[(name, SIZES[s])]:.1f}" for s in args.sizes))
     steps = {s: times[args.modules[0]][s][1] for s in args.sizes}
     print("\nsteps per batch: " + ", ".join(f"{s} = {n}" for s, n in steps.items()))
-    print("40k budget: time / budget (50 ms, bipace 1 s); below 1.00x meets it. "
-          "160k/10k per step: cost per step at 160k over cost per step at 10k (1.0 = linear).")
+    print(
+        "40k budget: time / budget (50 ms, bipace 1 s); below 1.00x meets it. "
+        "160k/10k per step: cost per step at 160k over cost per step at 10k (1.0 = linear)."
+    )
     for s in args.sizes:
-        print(f"StepBatch construction and validation at {s}: {time_batch_build(SIZES[s], args.repeats):.1f} ms")
+        print(
+            f"StepBatch construction and validation at {s}: {time_batch_build(SIZES[s], args.repeats):.1f} ms"
+        )
     if args.reference:
         ref_ms, ours_ms, n = reference_gigpo_ms(args.reference, SIZES["40k"], args.repeats)
-        print(f"gigpo vs verl-agent reference on the same {n}-step batch: reference {ref_ms:.0f} ms, "
-              f"ours {ours_ms:.1f} ms: {ref_ms / ours_ms:.0f}x faster")
+        print(
+            f"gigpo vs verl-agent reference on the same {n}-step batch: reference {ref_ms:.0f} ms, "
+            f"ours {ours_ms:.1f} ms: {ref_ms / ours_ms:.0f}x faster"
+        )
 
 
 if __name__ == "__main__":

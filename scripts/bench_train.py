@@ -33,10 +33,19 @@ def bench_rollout(args) -> dict:
     from agentrl.models import load_model
 
     model, tok, _ = load_model(args.model)
-    prompt = tok.apply_chat_template([{"role": "user", "content": "#####\n#OP_#\n#X__#\n#___#\n#####"}], add_generation_prompt=True, tokenize=False)
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "#####\n#OP_#\n#X__#\n#___#\n#####"}],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
     ids = tok(prompt, add_special_tokens=False)["input_ids"]
     backend = HFBackend(model, tok.pad_token_id, max_batch_size=256)
-    out = {"model": args.model, "new_tokens": args.tokens, "prompt_tokens": len(ids), "threads": torch.get_num_threads()}
+    out = {
+        "model": args.model,
+        "new_tokens": args.tokens,
+        "prompt_tokens": len(ids),
+        "threads": torch.get_num_threads(),
+    }
     sp = SamplingParams(max_new_tokens=args.tokens, stop_token_ids=(), seed=0)
     backend.generate([ids], SamplingParams(max_new_tokens=2, seed=0))  # warm-up
     for batch in (1, 64):
@@ -57,9 +66,17 @@ def bench_iteration(args) -> dict:
 
     from agentrl.trainer import Trainer
 
-    overrides = ["trainer.eval_initial=false", "trainer.progress=false", "trainer.tensorboard=false", "trainer.plot=false",
-                 "env.eval_episodes=1", "trainer.checkpoint_every=0", f"trainer.iterations={args.iterations}",
-                 f"trainer.num_threads={args.threads}", *args.overrides]
+    overrides = [
+        "trainer.eval_initial=false",
+        "trainer.progress=false",
+        "trainer.tensorboard=false",
+        "trainer.plot=false",
+        "env.eval_episodes=1",
+        "trainer.checkpoint_every=0",
+        f"trainer.iterations={args.iterations}",
+        f"trainer.num_threads={args.threads}",
+        *args.overrides,
+    ]
     with initialize_config_module("agentrl.configs", version_base=None):
         cfg = compose("train", overrides=overrides)
     with tempfile.TemporaryDirectory() as tmp:
@@ -95,7 +112,9 @@ def bench_iteration(args) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = ap.add_subparsers(dest="what", required=True)
     r = sub.add_parser("rollout")
     r.add_argument("--model", default="tiny")

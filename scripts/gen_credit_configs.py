@@ -52,7 +52,9 @@ def render(name: str) -> str:
         lines[-1] = "options: {}"
     for k, v in opts.items():
         if k == "invalid_penalty":
-            lines.append(f"  invalid_penalty: null   # null: -env.invalid_penalty (module default {v})")
+            lines.append(
+                f"  invalid_penalty: null   # null: -env.invalid_penalty (module default {v})"
+            )
         else:
             lines.append(f"  {k}: {_yaml_value(v)}")
     return "\n".join(lines) + "\n"
@@ -74,7 +76,9 @@ def main() -> int:
         else:
             path.write_text(text)
     if bad:
-        print(f"stale or missing credit configs: {', '.join(bad)} (run python scripts/gen_credit_configs.py)")
+        print(
+            f"stale or missing credit configs: {', '.join(bad)} (run python scripts/gen_credit_configs.py)"
+        )
         return 1
     return 0
 

@@ -19,15 +19,22 @@ __all__ = ["Backend", "Generation", "SamplingParams", "make_backend"]
 BACKENDS = ("hf", "vllm")
 
 
-def make_backend(cfg: Any, model: Any, tokenizer: Any, *, model_path: str | None = None, seed: int = 0) -> Backend:
+def make_backend(
+    cfg: Any, model: Any, tokenizer: Any, *, model_path: str | None = None, seed: int = 0
+) -> Backend:
     """The generation backend selected by ``cfg.backend``."""
     name = cfg.get("backend", "hf") if hasattr(cfg, "get") else getattr(cfg, "backend", "hf")
     if name == "hf":
         from .hf import HFBackend
 
         tokens = cfg.get("max_batch_tokens", None)
-        return HFBackend(model, pad_token_id=tokenizer.pad_token_id, max_batch_size=int(cfg.get("max_batch_size", 256)), seed=seed,
-                         max_batch_tokens=None if tokens is None else int(tokens))
+        return HFBackend(
+            model,
+            pad_token_id=tokenizer.pad_token_id,
+            max_batch_size=int(cfg.get("max_batch_size", 256)),
+            seed=seed,
+            max_batch_tokens=None if tokens is None else int(tokens),
+        )
     if name == "vllm":
         try:
             from .vllm_engine import VLLMBackend

@@ -41,7 +41,14 @@ class HFBackend:
         seed: seeds the fallback generator used when ``sampling.seed`` is ``None``.
     """
 
-    def __init__(self, model: torch.nn.Module, pad_token_id: int, max_batch_size: int = 256, seed: int = 0, max_batch_tokens: int | None = None):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        pad_token_id: int,
+        max_batch_size: int = 256,
+        seed: int = 0,
+        max_batch_tokens: int | None = None,
+    ):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         self.model = model
@@ -78,13 +85,18 @@ class HFBackend:
         for i, p in enumerate(prompts):
             if len(p) == 0:
                 raise ValueError(f"prompt {i} is empty")
-        tries = [None if allowed is None or allowed[i] is None else cached_trie(allowed[i]) for i in range(n)]
+        tries = [
+            None if allowed is None or allowed[i] is None else cached_trie(allowed[i])
+            for i in range(n)
+        ]
         uniforms = self._uniforms(n, sampling)
         out: list[Generation | None] = [None] * n
         # Chunks of similar prompt length waste less padding.
         order = sorted(range(n), key=lambda i: len(prompts[i]))
         for idx in self._chunks(order, [len(p) + sampling.max_new_tokens for p in prompts]):
-            gens = self._generate_chunk([prompts[i] for i in idx], sampling, [tries[i] for i in idx], uniforms[idx])
+            gens = self._generate_chunk(
+                [prompts[i] for i in idx], sampling, [tries[i] for i in idx], uniforms[idx]
+            )
             for i, g in zip(idx, gens):
                 out[i] = g
         return out  # type: ignore[return-value]
@@ -95,7 +107,11 @@ class HFBackend:
         cur: list[int] = []
         for i in order:
             too_many = len(cur) >= self.max_batch_size
-            too_long = self.max_batch_tokens is not None and cur and (len(cur) + 1) * lengths[i] > self.max_batch_tokens
+            too_long = (
+                self.max_batch_tokens is not None
+                and cur
+                and (len(cur) + 1) * lengths[i] > self.max_batch_tokens
+            )
             if too_many or too_long:
                 chunks.append(cur)
                 cur = []
@@ -109,11 +125,26 @@ class HFBackend:
         if sampling.seed is None:
             u = self._rng.random((n, k))
         else:
-            u = np.stack([np.random.default_rng([int(sampling.seed) & 0xFFFFFFFF, i]).random(k) for i in range(n)]) if n else np.zeros((0, k))
+            u = (
+                np.stack(
+                    [
+                        np.random.default_rng([int(sampling.seed) & 0xFFFFFFFF, i]).random(k)
+                        for i in range(n)
+                    ]
+                )
+                if n
+                else np.zeros((0, k))
+            )
         return 1.0 - u  # in (0, 1]: inverse-CDF sampling never lands on a zero-probability token
 
     @torch.no_grad()
-    def _generate_chunk(self, prompts: list[Sequence[int]], sampling: SamplingParams, tries: list[Trie | None], uniforms: np.ndarray) -> list[Generation]:
+    def _generate_chunk(
+        self,
+        prompts: list[Sequence[int]],
+        sampling: SamplingParams,
+        tries: list[Trie | None],
+        uniforms: np.ndarray,
+    ) -> list[Generation]:
         model, device = self.model, self.device
         cap = sampling.max_new_tokens
         stop = set(int(t) for t in sampling.stop_token_ids)
@@ -146,12 +177,20 @@ class HFBackend:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         u = torch.as_tensor(uniforms, dtype=torch.float64)
         try:
-            out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+            out = model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                use_cache=True,
+                logits_to_keep=1,
+            )
             cache = out.past_key_values
             last_pos = positions[:, -1]
             while True:
                 logits = out.logits[:, -1, :].float()
-                allow_mask = self._allow_mask(logits, [tries[r] for r in active], [nodes[r] for r in active])
+                allow_mask = self._allow_mask(
+                    logits, [tries[r] for r in active], [nodes[r] for r in active]
+                )
                 draws = u[active, [len(tokens[r]) for r in active]]
                 chosen, chosen_logp = _sample(logits, allow_mask, sampling, draws)
                 keep = []
@@ -161,7 +200,9 @@ class HFBackend:
                     logps[r].append(float(chosen_logp[j]))
                     if tries[r] is not None:
                         nodes[r] = tries[r].step(nodes[r], tok)
-                        self._advance_forced(r, tries[r], nodes, tokens, logps, finish, done, cap, prefix=False)
+                        self._advance_forced(
+                            r, tries[r], nodes, tokens, logps, finish, done, cap, prefix=False
+                        )
                     elif tok in stop:
                         finish[r], done[r] = "stop", True
                     if not done[r] and len(tokens[r]) >= cap:
@@ -176,9 +217,17 @@ class HFBackend:
                     cache.batch_select_indices(sel)
                     mask, last_pos, next_ids = mask[sel], last_pos[sel], next_ids[sel]
                     active = [active[j] for j in keep]
-                mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=device)], dim=1)
+                mask = torch.cat(
+                    [mask, torch.ones((len(active), 1), dtype=mask.dtype, device=device)], dim=1
+                )
                 last_pos = last_pos + 1
-                out = model(input_ids=next_ids, attention_mask=mask, position_ids=last_pos.view(-1, 1), past_key_values=cache, use_cache=True)
+                out = model(
+                    input_ids=next_ids,
+                    attention_mask=mask,
+                    position_ids=last_pos.view(-1, 1),
+                    past_key_values=cache,
+                    use_cache=True,
+                )
                 cache = out.past_key_values
         finally:
             if was_training:
@@ -209,7 +258,9 @@ class HFBackend:
             finish[b], done[b] = "stop", True
 
     @staticmethod
-    def _allow_mask(logits: torch.Tensor, tries: list[Trie | None], nodes: list[int]) -> torch.Tensor | None:
+    def _allow_mask(
+        logits: torch.Tensor, tries: list[Trie | None], nodes: list[int]
+    ) -> torch.Tensor | None:
         if all(t is None for t in tries):
             return None
         mask = torch.zeros(logits.shape, dtype=torch.bool, device=logits.device)
@@ -221,7 +272,9 @@ class HFBackend:
         return mask
 
 
-def _sample(logits: torch.Tensor, allow: torch.Tensor | None, sampling: SamplingParams, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _sample(
+    logits: torch.Tensor, allow: torch.Tensor | None, sampling: SamplingParams, u: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one token per row; returns (token ids, log-probs of those tokens)."""
     greedy = sampling.temperature == 0
     scaled = logits if greedy else logits / sampling.temperature

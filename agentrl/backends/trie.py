@@ -59,7 +59,9 @@ def cached_trie(sequences: Sequence[Sequence[int]]) -> Trie:
     return _trie_of(tuple(tuple(int(t) for t in s) for s in sequences))
 
 
-def allowed_per_position(sequences: Sequence[Sequence[int]], response: Sequence[int]) -> list[list[int]]:
+def allowed_per_position(
+    sequences: Sequence[Sequence[int]], response: Sequence[int]
+) -> list[list[int]]:
     """For each position of ``response``, the token ids the trie allowed there.
 
     Raises ``ValueError`` when the response is not a path of the trie (it was not sampled under
@@ -71,7 +73,9 @@ def allowed_per_position(sequences: Sequence[Sequence[int]], response: Sequence[
     for pos, tok in enumerate(response):
         kids = trie.children(node)
         if int(tok) not in kids:
-            raise ValueError(f"response token {int(tok)} at position {pos} is outside the allowed sequences")
+            raise ValueError(
+                f"response token {int(tok)} at position {pos} is outside the allowed sequences"
+            )
         out.append(kids)
         node = trie.step(node, tok)
     return out

@@ -20,11 +20,20 @@ if TYPE_CHECKING:
 
 __all__ = ["curve_series", "plot_bars", "plot_curves"]
 
-_SCALE = {"success_rate": 100.0, "success_ci_low": 100.0, "success_ci_high": 100.0,
-          "mean_score": 100.0, "invalid_action_rate": 100.0}
-_YLABEL = {"success_rate": "success % (95% Wilson CI)", "mean_score": "mean score ×100",
-           "invalid_action_rate": "invalid actions %", "mean_steps": "mean steps",
-           "mean_return": "mean return"}
+_SCALE = {
+    "success_rate": 100.0,
+    "success_ci_low": 100.0,
+    "success_ci_high": 100.0,
+    "mean_score": 100.0,
+    "invalid_action_rate": 100.0,
+}
+_YLABEL = {
+    "success_rate": "success % (95% Wilson CI)",
+    "mean_score": "mean score ×100",
+    "invalid_action_rate": "invalid actions %",
+    "mean_steps": "mean steps",
+    "mean_return": "mean return",
+}
 
 
 def _save(fig: Figure, path: str | Path) -> None:
@@ -50,12 +59,18 @@ def plot_bars(
 
     if not reports:
         raise ValueError("plot_bars needs at least one report")
-    labels = list(labels) if labels is not None else [
-        str(r.meta.get("agent", f"report {i}")) for i, r in enumerate(reports)]
+    labels = (
+        list(labels)
+        if labels is not None
+        else [str(r.meta.get("agent", f"report {i}")) for i, r in enumerate(reports)]
+    )
     if len(labels) != len(reports):
         raise ValueError(f"{len(labels)} labels for {len(reports)} reports")
     envs = list(dict.fromkeys(e for r in reports for e in r.envs))
-    cats = {e: list(dict.fromkeys(c for r in reports if e in r.envs for c in r.categories(e))) + [ALL] for e in envs}
+    cats = {
+        e: list(dict.fromkeys(c for r in reports if e in r.envs for c in r.categories(e))) + [ALL]
+        for e in envs
+    }
     width_units = [len(cats[e]) for e in envs]
     per_cat = 0.55 + 0.45 * len(reports)
     wide = 1.2 + per_cat * sum(width_units)
@@ -64,7 +79,10 @@ def plot_bars(
         fig = Figure(figsize=(max(5.0, wide), 4.2), layout="constrained")
         axes = list(fig.subplots(1, len(envs), squeeze=False, width_ratios=width_units)[0])
     else:  # one env per row, so the chart stays readable
-        fig = Figure(figsize=(max(5.0, 1.2 + per_cat * max(width_units)), 3.4 * len(envs)), layout="constrained")
+        fig = Figure(
+            figsize=(max(5.0, 1.2 + per_cat * max(width_units)), 3.4 * len(envs)),
+            layout="constrained",
+        )
         axes = list(fig.subplots(len(envs), 1, squeeze=False)[:, 0])
         for ax in axes:
             ax.set_xlim(-0.6, max(width_units) - 0.4)
@@ -85,8 +103,16 @@ def plot_bars(
                 hi.append(100 * (g.success_ci_high - g.success_rate))
             if not pos:
                 continue
-            ax.bar(pos, val, bar_w * 0.92, yerr=[lo, hi], capsize=3, color=colors[j],
-                   label=label, error_kw={"elinewidth": 1, "ecolor": "0.2"})
+            ax.bar(
+                pos,
+                val,
+                bar_w * 0.92,
+                yerr=[lo, hi],
+                capsize=3,
+                color=colors[j],
+                label=label,
+                error_kw={"elinewidth": 1, "ecolor": "0.2"},
+            )
             for p, v, h in zip(pos, val, hi):  # the value, above the interval's upper end
                 ax.text(p, v + h + 1.5, f"{v:.1f}", ha="center", va="bottom", fontsize=7)
         ticks = []
@@ -137,7 +163,10 @@ def _has(rep: Report, env: str, cat: str) -> bool:
 
 
 def curve_series(
-    rows: Sequence[Mapping[str, Any]], metric: str = "success_rate", x: str = "step", prefix: str = "eval"
+    rows: Sequence[Mapping[str, Any]],
+    metric: str = "success_rate",
+    x: str = "step",
+    prefix: str = "eval",
 ) -> dict[tuple[str, str], dict[str, list[float]]]:
     """Per (env, category): ``{"x": [...], "y": [...], "low": [...], "high": [...]}`` from
     ``metrics.jsonl`` rows (one dict per line). Rows without the ``x`` key or without any
@@ -160,7 +189,11 @@ def curve_series(
             s = out.setdefault(group, {"x": [], "y": [], "low": [], "high": []})
             s["x"].append(float(row[x]))
             s["y"].append(stats[metric])
-            if metric == "success_rate" and "success_ci_low" in stats and "success_ci_high" in stats:
+            if (
+                metric == "success_rate"
+                and "success_ci_low" in stats
+                and "success_ci_high" in stats
+            ):
                 s["low"].append(stats["success_ci_low"])
                 s["high"].append(stats["success_ci_high"])
     for s in out.values():  # a band needs every point
@@ -212,10 +245,18 @@ def plot_curves(
             ys = [scale * v for v in data["y"]]
             ax.plot(data["x"], ys, marker="o", markersize=3, color=f"C{i}", label=label)
             if data["low"]:
-                ax.fill_between(data["x"], [scale * v for v in data["low"]], [scale * v for v in data["high"]],
-                                color=f"C{i}", alpha=0.15, linewidth=0)
-        ax.set_title(cat if env == ALL or len({e for e, _ in panels if e != ALL}) == 1 else f"{env} · {cat}",
-                     fontsize=9)
+                ax.fill_between(
+                    data["x"],
+                    [scale * v for v in data["low"]],
+                    [scale * v for v in data["high"]],
+                    color=f"C{i}",
+                    alpha=0.15,
+                    linewidth=0,
+                )
+        ax.set_title(
+            cat if env == ALL or len({e for e, _ in panels if e != ALL}) == 1 else f"{env} · {cat}",
+            fontsize=9,
+        )
         if scale == 100.0:
             ax.set_ylim(-2, 102)
         ax.grid(alpha=0.3)

@@ -23,7 +23,11 @@ __all__ = ["combine", "comparison_table", "main"]
 
 def combine(reports: Sequence[Report], labels: Sequence[str] | None = None) -> dict[str, Report]:
     """label -> one report over the episodes of every report with that label (in order)."""
-    labels = list(labels) if labels is not None else [str(r.meta.get("agent", f"run {i}")) for i, r in enumerate(reports)]
+    labels = (
+        list(labels)
+        if labels is not None
+        else [str(r.meta.get("agent", f"run {i}")) for i, r in enumerate(reports)]
+    )
     if len(labels) != len(reports):
         raise ValueError(f"{len(labels)} labels for {len(reports)} results")
     grouped: dict[str, list[Report]] = {}
@@ -40,8 +44,12 @@ def combine(reports: Sequence[Report], labels: Sequence[str] | None = None) -> d
                 order.setdefault(env, [])
                 order[env] += [c for c in r.categories(env) if c not in order[env]]
         records = [rec for r in reps for rec in r.records]
-        out[lab] = summarize(records, meta={"agent": lab, "sources": [r.meta for r in reps]}, confidence=conf.pop(),
-                             category_order=order)
+        out[lab] = summarize(
+            records,
+            meta={"agent": lab, "sources": [r.meta for r in reps]},
+            confidence=conf.pop(),
+            category_order=order,
+        )
     return out
 
 
@@ -50,13 +58,22 @@ def comparison_table(reports: dict[str, Report]) -> str:
     labels = list(reports)
     first = next(iter(reports.values()))
     envs = list(dict.fromkeys(e for r in reports.values() for e in r.envs))
-    header = ["env", "category", "episodes"] + [f"{lab} success % (95% CI)" for lab in labels] + [f"{lab} score" for lab in labels]
+    header = (
+        ["env", "category", "episodes"]
+        + [f"{lab} success % (95% CI)" for lab in labels]
+        + [f"{lab} score" for lab in labels]
+    )
     if first.confidence != 0.95:
         header = [h.replace("95%", f"{100 * first.confidence:g}%") for h in header]
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(["---"] * 2 + ["---:"] * (len(header) - 2)) + " |"]
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "| " + " | ".join(["---"] * 2 + ["---:"] * (len(header) - 2)) + " |",
+    ]
     rows = []
     for env in envs:
-        cats = list(dict.fromkeys(c for r in reports.values() if env in r.envs for c in r.categories(env))) + [ALL]
+        cats = list(
+            dict.fromkeys(c for r in reports.values() if env in r.envs for c in r.categories(env))
+        ) + [ALL]
         rows += [(env, c) for c in cats]
     if len(envs) > 1:
         rows.append((ALL, ALL))
@@ -69,17 +86,30 @@ def comparison_table(reports: dict[str, Report]) -> str:
                 groups.append(None)
         ns = {g.episodes for g in groups if g is not None}
         cells = [env, cat, "/".join(str(n) for n in sorted(ns))]
-        cells += [f"{100 * g.success_rate:.1f} [{100 * g.success_ci_low:.1f}, {100 * g.success_ci_high:.1f}]" if g else "–" for g in groups]
+        cells += [
+            f"{100 * g.success_rate:.1f} [{100 * g.success_ci_low:.1f}, {100 * g.success_ci_high:.1f}]"
+            if g
+            else "–"
+            for g in groups
+        ]
         cells += [f"{100 * g.mean_score:.1f}" if g else "–" for g in groups]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agentrl.evaluation.compare", description=__doc__.split("\n")[0])
-    parser.add_argument("results", nargs="+", help="results.json files of python -m agentrl.evaluate")
-    parser.add_argument("--labels", nargs="+", help="one label per file (default: each file's agent)")
-    parser.add_argument("-o", "--out", default="comparison.png", help="chart (PNG); the table goes next to it (.md)")
+    parser = argparse.ArgumentParser(
+        prog="python -m agentrl.evaluation.compare", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "results", nargs="+", help="results.json files of python -m agentrl.evaluate"
+    )
+    parser.add_argument(
+        "--labels", nargs="+", help="one label per file (default: each file's agent)"
+    )
+    parser.add_argument(
+        "-o", "--out", default="comparison.png", help="chart (PNG); the table goes next to it (.md)"
+    )
     parser.add_argument("--title", default=None)
     args = parser.parse_args(argv)
     try:

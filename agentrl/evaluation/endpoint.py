@@ -87,11 +87,17 @@ class EndpointAgent:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         self.base_url, self.model = base_url, model
         self.messages_fn, self.parse_fn = messages_fn, parse_fn
-        self.temperature, self.top_p, self.max_tokens = float(temperature), float(top_p), int(max_tokens)
+        self.temperature, self.top_p, self.max_tokens = (
+            float(temperature),
+            float(top_p),
+            int(max_tokens),
+        )
         self.extra_body = dict(extra_body or {})
         self.constrain = bool(constrain)
         self.render_fn = render_fn or (lambda action: f"<action>{action}</action>")
-        self._client = OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries)
+        self._client = OpenAI(
+            base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries
+        )
         self._executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="endpoint")
         self.requests = 0
 
@@ -115,7 +121,9 @@ class EndpointAgent:
         except openai.APIConnectionError as exc:
             raise EndpointError(f"endpoint {self.base_url} unreachable: {exc}") from exc
         except openai.APIStatusError as exc:
-            raise EndpointError(f"endpoint {self.base_url} answered HTTP {exc.status_code}: {exc.message}") from exc
+            raise EndpointError(
+                f"endpoint {self.base_url} answered HTTP {exc.status_code}: {exc.message}"
+            ) from exc
         if not reply.choices:
             return ""
         return reply.choices[0].message.content or ""
@@ -127,13 +135,18 @@ class EndpointAgent:
         return [self.render_fn(a) for a in actions]
 
     def act(self, episodes: Sequence[Episode], pool: EnvPool) -> list[Action | str]:
-        jobs = [(self.messages_fn(ep), derive_seed(ep.task.agent_seed, ep.steps), self._choices(ep)) for ep in episodes]
+        jobs = [
+            (self.messages_fn(ep), derive_seed(ep.task.agent_seed, ep.steps), self._choices(ep))
+            for ep in episodes
+        ]
         texts = list(self._executor.map(lambda job: self._complete(*job), jobs))
         self.requests += len(texts)
         out: list[Action | str] = []
         for text in texts:
             action = self.parse_fn(text)
-            out.append(Action(action, text, True) if action is not None else Action("", text, False))
+            out.append(
+                Action(action, text, True) if action is not None else Action("", text, False)
+            )
         return out
 
     @classmethod
@@ -145,13 +158,20 @@ class EndpointAgent:
 
         from ..rollout import ActionFormat, PromptBuilder, PromptConfig, Turn
 
-        c = OmegaConf.to_container(agent_cfg, resolve=True) if not isinstance(agent_cfg, dict) else dict(agent_cfg)
+        c = (
+            OmegaConf.to_container(agent_cfg, resolve=True)
+            if not isinstance(agent_cfg, dict)
+            else dict(agent_cfg)
+        )
         prompt = PromptConfig(**(c.get("prompt") or {}))
         fmt = ActionFormat(**(c.get("action_format") or {}))
         builder = PromptBuilder(None, prompt)  # messages only: the server applies its chat template
 
         def messages_fn(ep: Episode) -> Messages:
-            turns = [Turn(t.observation, t.response if t.response is not None else t.action) for t in ep.history]
+            turns = [
+                Turn(t.observation, t.response if t.response is not None else t.action)
+                for t in ep.history
+            ]
             k = prompt.history
             turns = turns if k == -1 else (turns[-k:] if k > 0 else [])
             return builder.messages(ep.instruction, turns, ep.observation, ep.admissible_actions)
@@ -160,10 +180,19 @@ class EndpointAgent:
             if not c.get(key):
                 raise ValueError(f"agent=endpoint needs agent.{key}")
         return cls(
-            c["base_url"], c["model"], messages_fn, lambda text: fmt.parse(text).action,
-            api_key=c.get("api_key") or "EMPTY", temperature=c.get("temperature", 0.0), top_p=c.get("top_p", 1.0),
-            max_tokens=c.get("max_tokens", 64), concurrency=c.get("concurrency", 16), timeout=c.get("timeout", 60.0),
-            max_retries=c.get("max_retries", 2), extra_body=c.get("extra_body"), constrain=c.get("constrain", False),
+            c["base_url"],
+            c["model"],
+            messages_fn,
+            lambda text: fmt.parse(text).action,
+            api_key=c.get("api_key") or "EMPTY",
+            temperature=c.get("temperature", 0.0),
+            top_p=c.get("top_p", 1.0),
+            max_tokens=c.get("max_tokens", 64),
+            concurrency=c.get("concurrency", 16),
+            timeout=c.get("timeout", 60.0),
+            max_retries=c.get("max_retries", 2),
+            extra_body=c.get("extra_body"),
+            constrain=c.get("constrain", False),
             render_fn=fmt.render,
         )
 

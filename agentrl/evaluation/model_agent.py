@@ -33,19 +33,38 @@ from .tasks import EvalTask, derive_seed
 
 __all__ = ["ModelAgent", "ModelSettings", "record_from_rollout", "resolve_model_settings"]
 
-_PROMPT_KEYS = ("instruction", "history", "admissible_actions", "observation_prefix", "history_prefix",
-                "actions_prefix", "response_hint", "system_role", "max_prompt_tokens")
+_PROMPT_KEYS = (
+    "instruction",
+    "history",
+    "admissible_actions",
+    "observation_prefix",
+    "history_prefix",
+    "actions_prefix",
+    "response_hint",
+    "system_role",
+    "max_prompt_tokens",
+)
 _ACTION_KEYS = ("pattern", "template", "think", "require_think", "max_action_chars")
 
 
-def record_from_rollout(ep: Any, env: str, *, seed: int | None = None, agent_seed: int | None = None) -> EpisodeRecord:
+def record_from_rollout(
+    ep: Any, env: str, *, seed: int | None = None, agent_seed: int | None = None
+) -> EpisodeRecord:
     """An :class:`EpisodeRecord` from an :class:`agentrl.rollout.EpisodeResult` (the trainer's
     held-out evaluation turns its episodes into records with this)."""
     return EpisodeRecord(
-        env=env, task_id=str(ep.task_id), category=str(ep.category or "default"), won=bool(ep.won),
-        score=float(ep.score), steps=len(ep.steps), invalid_actions=int(ep.invalid_actions),
-        truncated=bool(ep.truncated), total_reward=float(ep.total_reward),
-        seed=seed if seed is not None else ep.seed, agent_seed=agent_seed, error=ep.error,
+        env=env,
+        task_id=str(ep.task_id),
+        category=str(ep.category or "default"),
+        won=bool(ep.won),
+        score=float(ep.score),
+        steps=len(ep.steps),
+        invalid_actions=int(ep.invalid_actions),
+        truncated=bool(ep.truncated),
+        total_reward=float(ep.total_reward),
+        seed=seed if seed is not None else ep.seed,
+        agent_seed=agent_seed,
+        error=ep.error,
     )
 
 
@@ -83,7 +102,11 @@ def _yaml(name: str) -> dict[str, Any]:
 
 
 def _plain(d: Mapping[str, Any] | None, keys: Sequence[str]) -> dict[str, Any]:
-    return {k: d[k] for k in keys if d is not None and k in d and not (isinstance(d[k], str) and "${" in d[k])}
+    return {
+        k: d[k]
+        for k in keys
+        if d is not None and k in d and not (isinstance(d[k], str) and "${" in d[k])
+    }
 
 
 def _run_dir(path: Path) -> Path | None:
@@ -100,7 +123,9 @@ def resolve_model_settings(agent_cfg: Mapping[str, Any]) -> ModelSettings:
 
     raw = agent_cfg.get("path")
     if not raw:
-        raise ValueError("agent=model needs agent.path (a training run folder, a model folder, tiny or smollm2-135m)")
+        raise ValueError(
+            "agent=model needs agent.path (a training run folder, a model folder, tiny or smollm2-135m)"
+        )
     path = Path(str(raw)).expanduser()
     run = _run_dir(path) if path.exists() else None
     if run is not None:
@@ -109,33 +134,67 @@ def resolve_model_settings(agent_cfg: Mapping[str, Any]) -> ModelSettings:
             rollout = OmegaConf.to_container(run_cfg.rollout, resolve=True)
             model = OmegaConf.to_container(run_cfg.model, resolve=True)
         except Exception as exc:
-            raise ValueError(f"{run / 'config.yaml'}: cannot read its rollout/model settings ({exc})") from exc
-        s = ModelSettings(model=str(run / "checkpoints" / "final"), source=str(run), backend=str(rollout.get("backend", "hf")),
-                          prompt=_plain(rollout.get("prompt"), _PROMPT_KEYS), action=_plain(rollout.get("action"), _ACTION_KEYS),
-                          max_new_tokens=int(rollout.get("max_new_tokens", 64)), constrained=bool(rollout.get("constrained", False)),
-                          dtype=str(model.get("dtype", "float32")),
-                          backend_options={k: v for k, v in rollout.items() if k not in ("prompt", "action")})
+            raise ValueError(
+                f"{run / 'config.yaml'}: cannot read its rollout/model settings ({exc})"
+            ) from exc
+        s = ModelSettings(
+            model=str(run / "checkpoints" / "final"),
+            source=str(run),
+            backend=str(rollout.get("backend", "hf")),
+            prompt=_plain(rollout.get("prompt"), _PROMPT_KEYS),
+            action=_plain(rollout.get("action"), _ACTION_KEYS),
+            max_new_tokens=int(rollout.get("max_new_tokens", 64)),
+            constrained=bool(rollout.get("constrained", False)),
+            dtype=str(model.get("dtype", "float32")),
+            backend_options={k: v for k, v in rollout.items() if k not in ("prompt", "action")},
+        )
     else:
         name = str(raw)
-        preset = {"tiny": "model/tiny.yaml", "smollm2-135m": "model/smollm2-135m.yaml"}.get(name, "model/path.yaml")
+        preset = {"tiny": "model/tiny.yaml", "smollm2-135m": "model/smollm2-135m.yaml"}.get(
+            name, "model/path.yaml"
+        )
         m = _yaml(preset)
-        prompt = {**_plain(_yaml("rollout/hf.yaml").get("prompt"), _PROMPT_KEYS), **_plain(m.get("prompt"), _PROMPT_KEYS)}
+        prompt = {
+            **_plain(_yaml("rollout/hf.yaml").get("prompt"), _PROMPT_KEYS),
+            **_plain(m.get("prompt"), _PROMPT_KEYS),
+        }
         prompt.setdefault("max_prompt_tokens", int(m.get("max_prompt_tokens", 2048)))
         if name not in ("tiny", "smollm2-135m") and not path.exists():
-            raise ValueError(f"agent.path={name!r}: no such folder (give a training run, a model folder, tiny or smollm2-135m)")
-        s = ModelSettings(model=name, source=preset, prompt=prompt, action=_plain(_yaml("rollout/hf.yaml").get("action"), _ACTION_KEYS),
-                          max_new_tokens=int(m.get("max_new_tokens", 64)), constrained=bool(m.get("constrained", False)),
-                          dtype=str(m.get("dtype", "float32")), tiny=m.get("tiny"))
+            raise ValueError(
+                f"agent.path={name!r}: no such folder (give a training run, a model folder, tiny or smollm2-135m)"
+            )
+        s = ModelSettings(
+            model=name,
+            source=preset,
+            prompt=prompt,
+            action=_plain(_yaml("rollout/hf.yaml").get("action"), _ACTION_KEYS),
+            max_new_tokens=int(m.get("max_new_tokens", 64)),
+            constrained=bool(m.get("constrained", False)),
+            dtype=str(m.get("dtype", "float32")),
+            tiny=m.get("tiny"),
+        )
     if agent_cfg.get("backend"):
         s.backend = str(agent_cfg["backend"])
     if s.backend not in ("hf", "vllm"):
         raise ValueError(f"agent.backend must be hf or vllm, got {s.backend!r}")
     if s.backend == "vllm":
         s.backend_options = {**_yaml("rollout/vllm.yaml"), **s.backend_options}
-    s.backend_options = {**s.backend_options, **dict(agent_cfg.get("backend_options") or {}), "backend": s.backend}
+    s.backend_options = {
+        **s.backend_options,
+        **dict(agent_cfg.get("backend_options") or {}),
+        "backend": s.backend,
+    }
     s.prompt.update(dict(agent_cfg.get("prompt") or {}))
     s.action.update(dict(agent_cfg.get("action") or {}))
-    for key in ("max_new_tokens", "constrained", "temperature", "top_p", "top_k", "dtype", "device"):
+    for key in (
+        "max_new_tokens",
+        "constrained",
+        "temperature",
+        "top_p",
+        "top_k",
+        "dtype",
+        "device",
+    ):
         if agent_cfg.get(key) is not None:
             setattr(s, key, type(getattr(s, key))(agent_cfg[key]))
     return s
@@ -160,7 +219,9 @@ class ModelAgent:
         if settings.backend == "hf":
             from ..models import load_model
 
-            model, tok, path = load_model(settings.model, tiny=settings.tiny, dtype=settings.dtype, device=device)
+            model, tok, path = load_model(
+                settings.model, tiny=settings.tiny, dtype=settings.dtype, device=device
+            )
             model.eval()
         else:  # vLLM loads the weights itself; only the tokenizer is needed here
             from transformers import AutoTokenizer
@@ -172,7 +233,9 @@ class ModelAgent:
             if tok.pad_token_id is None:
                 tok.pad_token = tok.eos_token
         self.model_path, self.tokenizer = path, tok
-        self.backend = make_backend(settings.backend_options, model, tok, model_path=path, seed=self.seed)
+        self.backend = make_backend(
+            settings.backend_options, model, tok, model_path=path, seed=self.seed
+        )
         self.builder = PromptBuilder(tok, PromptConfig(**settings.prompt))
         self.fmt = ActionFormat(**settings.action)
 
@@ -180,7 +243,11 @@ class ModelAgent:
     def from_config(cls, agent_cfg: Any, cfg: Any = None) -> ModelAgent:
         from omegaconf import OmegaConf
 
-        c = OmegaConf.to_container(agent_cfg, resolve=True) if not isinstance(agent_cfg, dict) else dict(agent_cfg)
+        c = (
+            OmegaConf.to_container(agent_cfg, resolve=True)
+            if not isinstance(agent_cfg, dict)
+            else dict(agent_cfg)
+        )
         seed = int(cfg.seed) if cfg is not None and "seed" in cfg else 0
         return cls(resolve_model_settings(c), seed=seed)
 
@@ -210,7 +277,11 @@ class ModelAgent:
             return []
         s = self.settings
         n = min(num_envs, len(tasks))
-        pool = EnvPool([EnvSpec(env, dict(env_kwargs or {}))] * n, num_workers=min(num_workers, n), step_timeout=step_timeout)
+        pool = EnvPool(
+            [EnvSpec(env, dict(env_kwargs or {}))] * n,
+            num_workers=min(num_workers, n),
+            step_timeout=step_timeout,
+        )
         bar, bar_task = _progress(len(tasks), progress, f"model on {env}")
         records: list[EpisodeRecord] = []
         try:
@@ -218,18 +289,44 @@ class ModelAgent:
                 bar.start()
             for start in range(0, len(tasks), n):
                 chunk = tasks[start : start + n]
-                resets = [ResetSpec(t.index, seed=t.reset_args()[0], options=t.reset_args()[1]) for t in chunk]
+                resets = [
+                    ResetSpec(t.index, seed=t.reset_args()[0], options=t.reset_args()[1])
+                    for t in chunk
+                ]
                 seed = derive_seed(self.seed, start)
-                sampling = SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
-                                          top_k=s.top_k, stop_token_ids=(int(self.tokenizer.eos_token_id),), seed=seed)
+                sampling = SamplingParams(
+                    max_new_tokens=s.max_new_tokens,
+                    temperature=s.temperature,
+                    top_p=s.top_p,
+                    top_k=s.top_k,
+                    stop_token_ids=(int(self.tokenizer.eos_token_id),),
+                    seed=seed,
+                )
                 try:
-                    eps = run_episodes(pool, self.backend, self.builder, self.fmt, resets, sampling, max_steps=int(max_steps),
-                                       constrained=s.constrained)
+                    eps = run_episodes(
+                        pool,
+                        self.backend,
+                        self.builder,
+                        self.fmt,
+                        resets,
+                        sampling,
+                        max_steps=int(max_steps),
+                        constrained=s.constrained,
+                    )
                 except Exception as exc:
-                    raise EvaluationError(f"model agent failed on {env}: {type(exc).__name__}: {exc}", records) from exc
-                records += [record_from_rollout(ep, env, seed=t.seed, agent_seed=seed) for ep, t in zip(eps, chunk)]
+                    raise EvaluationError(
+                        f"model agent failed on {env}: {type(exc).__name__}: {exc}", records
+                    ) from exc
+                records += [
+                    record_from_rollout(ep, env, seed=t.seed, agent_seed=seed)
+                    for ep, t in zip(eps, chunk)
+                ]
                 if bar is not None:
-                    bar.update(bar_task, advance=len(chunk), status=f"success {sum(r.won for r in records)}/{len(records)}")
+                    bar.update(
+                        bar_task,
+                        advance=len(chunk),
+                        status=f"success {sum(r.won for r in records)}/{len(records)}",
+                    )
         finally:
             if bar is not None:
                 bar.stop()

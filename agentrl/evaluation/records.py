@@ -42,19 +42,25 @@ class EpisodeRecord:
     def __post_init__(self) -> None:
         for name in ("env", "task_id", "category"):
             if not isinstance(getattr(self, name), str):
-                raise TypeError(f"EpisodeRecord.{name} must be str, got {type(getattr(self, name)).__name__}")
+                raise TypeError(
+                    f"EpisodeRecord.{name} must be str, got {type(getattr(self, name)).__name__}"
+                )
         if not isinstance(self.won, bool):
             raise TypeError(f"EpisodeRecord.won must be bool, got {type(self.won).__name__}")
         score = float(self.score)
         if not (math.isfinite(score) and 0.0 <= score <= 1.0):
-            raise ValueError(f"EpisodeRecord.score must lie in [0, 1], got {self.score!r} (task {self.task_id})")
+            raise ValueError(
+                f"EpisodeRecord.score must lie in [0, 1], got {self.score!r} (task {self.task_id})"
+            )
         if self.steps < 0 or self.invalid_actions < 0 or self.invalid_actions > self.steps:
             raise ValueError(
                 f"need 0 <= invalid_actions <= steps, got steps={self.steps}, "
                 f"invalid_actions={self.invalid_actions} (task {self.task_id})"
             )
         if not math.isfinite(float(self.total_reward)):
-            raise ValueError(f"EpisodeRecord.total_reward must be finite, got {self.total_reward!r}")
+            raise ValueError(
+                f"EpisodeRecord.total_reward must be finite, got {self.total_reward!r}"
+            )
         object.__setattr__(self, "score", score)
         object.__setattr__(self, "total_reward", float(self.total_reward))
 

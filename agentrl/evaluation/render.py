@@ -14,7 +14,18 @@ if TYPE_CHECKING:
 
 __all__ = ["HEADERS", "cells", "print_report", "table"]
 
-HEADERS = ("env", "category", "episodes", "success %", "95% CI", "score", "steps", "invalid %", "truncated", "errors")
+HEADERS = (
+    "env",
+    "category",
+    "episodes",
+    "success %",
+    "95% CI",
+    "score",
+    "steps",
+    "invalid %",
+    "truncated",
+    "errors",
+)
 
 
 def cells(g: GroupStats) -> list[str]:
@@ -104,6 +115,11 @@ def print_report(report: Report, console: Any = None) -> None:
     if console is None:
         console = Console(width=max(Console().width, need))
     elif console.width < need:
-        console = Console(file=console.file, width=need, force_terminal=console.is_terminal,
-                          color_system=console.color_system, record=console.record)
+        console = Console(
+            file=console.file,
+            width=need,
+            force_terminal=console.is_terminal,
+            color_system=console.color_system,
+            record=console.record,
+        )
     console.print(table(report, "rich"))

@@ -78,7 +78,9 @@ class GroupStats:
     errors: int
 
     @classmethod
-    def of(cls, env: str, category: str, records: Sequence[EpisodeRecord], confidence: float = 0.95) -> GroupStats:
+    def of(
+        cls, env: str, category: str, records: Sequence[EpisodeRecord], confidence: float = 0.95
+    ) -> GroupStats:
         n = len(records)
         if n == 0:
             raise ValueError(f"no episodes for env {env!r}, category {category!r}")
@@ -174,13 +176,19 @@ class Report:
     def from_dict(cls, data: Mapping[str, Any]) -> Report:
         """Rebuild a report from :meth:`to_dict` output, re-deriving (and checking) the stats."""
         if data.get("format") != FORMAT:
-            raise ValueError(f"not an agentrl evaluation report (format {data.get('format')!r}, expected {FORMAT!r})")
+            raise ValueError(
+                f"not an agentrl evaluation report (format {data.get('format')!r}, expected {FORMAT!r})"
+            )
         records = [EpisodeRecord.from_dict(r) for r in data["episodes"]]
         order = {}
         for g in data.get("groups", []):
             order.setdefault(g["env"], []).append(g["category"])
-        report = summarize(records, meta=data.get("meta") or {}, confidence=data.get("confidence", 0.95),
-                           category_order={e: [c for c in cs if c != ALL] for e, cs in order.items()})
+        report = summarize(
+            records,
+            meta=data.get("meta") or {},
+            confidence=data.get("confidence", 0.95),
+            category_order={e: [c for c in cs if c != ALL] for e, cs in order.items()},
+        )
         stored = [dict(g) for g in data.get("groups", [])]
         if stored and stored != [g.to_dict() for g in report.groups]:
             raise ValueError("report groups do not match its episodes (file edited or corrupted)")

@@ -101,8 +101,14 @@ def _progress(total: int, enabled: bool, label: str):
                 TimeRemainingColumn,
             )
 
-            bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                           TextColumn("{task.fields[status]}"), TimeElapsedColumn(), TimeRemainingColumn())
+            bar = Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[status]}"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+            )
             return bar, bar.add_task(label, total=total, status="")
         except ImportError:
             pass
@@ -147,8 +153,12 @@ def run_episodes(
         return []
     spec = env_fn if env_fn is not None else EnvSpec(env, dict(env_kwargs or {}))
     bar, bar_task = _progress(len(tasks), progress, f"{agent.name} on {env}")
-    pool = EnvPool([spec] * n_slots, num_workers=min(num_workers, n_slots), mp_context=mp_context,
-                   step_timeout=step_timeout)
+    pool = EnvPool(
+        [spec] * n_slots,
+        num_workers=min(num_workers, n_slots),
+        mp_context=mp_context,
+        step_timeout=step_timeout,
+    )
     live: dict[int, Episode] = {}
     queue = iter(tasks)
     wins = 0
@@ -166,20 +176,35 @@ def run_episodes(
             return
         resets = [t.reset_args() for _, t in starting]
         try:
-            results = pool.reset([s for s, _ in starting], [r[0] for r in resets], [r[1] for r in resets])
+            results = pool.reset(
+                [s for s, _ in starting], [r[0] for r in resets], [r[1] for r in resets]
+            )
         except RuntimeError as exc:
-            names = ", ".join(f"{t.task_id if t.task_id is not None else 'seed ' + str(t.seed)}" for _, t in starting)
-            raise EvaluationError(f"{env}: could not start task(s) {names}: {exc}", done_in_order()) from exc
+            names = ", ".join(
+                f"{t.task_id if t.task_id is not None else 'seed ' + str(t.seed)}"
+                for _, t in starting
+            )
+            raise EvaluationError(
+                f"{env}: could not start task(s) {names}: {exc}", done_in_order()
+            ) from exc
         for (slot, task), (obs, info) in zip(starting, results):
-            live[slot] = Episode(task, slot, obs, dict(info), np.random.default_rng(task.agent_seed),
-                                 first_info=dict(info))
+            live[slot] = Episode(
+                task,
+                slot,
+                obs,
+                dict(info),
+                np.random.default_rng(task.agent_seed),
+                first_info=dict(info),
+            )
 
     def finish(ep: Episode, terminated: bool, truncated: bool) -> None:
         nonlocal wins
         info = ep.info
         rec = EpisodeRecord(
             env=env,
-            task_id=str(info.get("task_id", ep.task.task_id if ep.task.task_id is not None else "")),
+            task_id=str(
+                info.get("task_id", ep.task.task_id if ep.task.task_id is not None else "")
+            ),
             category=str(info.get("category", "default")),
             won=bool(info.get("won", False)),
             score=float(info.get("score", 0.0)),
@@ -208,11 +233,16 @@ def run_episodes(
             try:
                 actions = agent.act(episodes, pool)
             except Exception as exc:
-                raise EvaluationError(f"agent {agent.name!r} failed on {env}: {type(exc).__name__}: {exc}",
-                                      done_in_order()) from exc
+                raise EvaluationError(
+                    f"agent {agent.name!r} failed on {env}: {type(exc).__name__}: {exc}",
+                    done_in_order(),
+                ) from exc
             if len(actions) != len(episodes):
-                raise EvaluationError(f"agent {agent.name!r} returned {len(actions)} actions for "
-                                      f"{len(episodes)} episodes", done_in_order())
+                raise EvaluationError(
+                    f"agent {agent.name!r} returned {len(actions)} actions for "
+                    f"{len(episodes)} episodes",
+                    done_in_order(),
+                )
             actions = [a if isinstance(a, Action) else Action(str(a)) for a in actions]
             results = pool.step(slots, [a.text for a in actions])
             freed = []

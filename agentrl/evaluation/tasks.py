@@ -81,11 +81,15 @@ def make_tasks(
         finally:
             probe.close()
         if episodes is not None and len(ids) < episodes:
-            raise ValueError(f"{env} split {split!r} has {len(ids)} tasks, fewer than episodes={episodes}")
+            raise ValueError(
+                f"{env} split {split!r} has {len(ids)} tasks, fewer than episodes={episodes}"
+            )
         reset_seeds = [None] * len(ids)
     else:
         if episodes is None or seed_base is None:
-            raise ValueError("without a split or task ids, give episodes and seed_base (tasks are reset by seed)")
+            raise ValueError(
+                "without a split or task ids, give episodes and seed_base (tasks are reset by seed)"
+            )
         ids = [None] * episodes
         reset_seeds = [int(seed_base) + i for i in range(episodes)]
     if not ids:

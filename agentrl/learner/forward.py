@@ -23,7 +23,14 @@ class ForwardOut:
     last_hidden: torch.Tensor | None  # (B, H) hidden state at the last prompt token (post-norm)
 
 
-def response_forward(model: torch.nn.Module, batch: Collated, temperature: float = 1.0, *, want_entropy: bool = True, want_hidden: bool = False) -> ForwardOut:
+def response_forward(
+    model: torch.nn.Module,
+    batch: Collated,
+    temperature: float = 1.0,
+    *,
+    want_entropy: bool = True,
+    want_hidden: bool = False,
+) -> ForwardOut:
     """Log-probs of ``batch.response_ids`` under ``model`` (differentiable)."""
     R = batch.response_width
     out = model(
@@ -54,7 +61,9 @@ def response_forward(model: torch.nn.Module, batch: Collated, temperature: float
         if want_entropy:
             # Zero the disallowed slots *before* exp/mul: 0 * -inf would put NaN into the gradient.
             sel_logp = torch.where(valid, sel - lse.unsqueeze(-1), torch.zeros_like(sel))
-            c_ent = -(torch.where(valid, sel_logp.exp() * sel_logp, torch.zeros_like(sel_logp))).sum(-1)
+            c_ent = -(
+                torch.where(valid, sel_logp.exp() * sel_logp, torch.zeros_like(sel_logp))
+            ).sum(-1)
             entropy = torch.where(row_constrained, c_ent, entropy)
     mask = batch.response_mask
     logp = torch.where(mask, logp, torch.zeros_like(logp))

@@ -85,12 +85,22 @@ class Learner:
         value_head: add a scalar value head on the last prompt token's hidden state.
     """
 
-    def __init__(self, model: torch.nn.Module, cfg: LearnerConfig, pad_token_id: int, value_head: bool = False):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        cfg: LearnerConfig,
+        pad_token_id: int,
+        value_head: bool = False,
+    ):
         self.model = model
         self.cfg = cfg
         self.pad_token_id = int(pad_token_id)
         self.device = next(model.parameters()).device
-        hidden = model.config.hidden_size if hasattr(model, "config") else model.get_base_model().config.hidden_size
+        hidden = (
+            model.config.hidden_size
+            if hasattr(model, "config")
+            else model.get_base_model().config.hidden_size
+        )
         self.value_head = torch.nn.Linear(hidden, 1).to(self.device) if value_head else None
         if self.value_head is not None:
             torch.nn.init.zeros_(self.value_head.weight)
@@ -102,13 +112,21 @@ class Learner:
                 p.requires_grad_(False)
         groups = [{"params": [p for p in model.parameters() if p.requires_grad], "lr": cfg.lr}]
         if self.value_head is not None:
-            groups.append({"params": list(self.value_head.parameters()), "lr": cfg.value_lr or cfg.lr})
-        self.optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
+            groups.append(
+                {"params": list(self.value_head.parameters()), "lr": cfg.value_lr or cfg.lr}
+            )
+        self.optimizer = torch.optim.AdamW(
+            groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
+        )
         self.updates = 0
 
     # -- precision -----------------------------------------------------------------------------
     def autocast(self):
-        if self.cfg.dtype in ("auto", "bfloat16") and self.device.type == "cuda" and torch.cuda.is_bf16_supported():
+        if (
+            self.cfg.dtype in ("auto", "bfloat16")
+            and self.device.type == "cuda"
+            and torch.cuda.is_bf16_supported()
+        ):
             return torch.autocast("cuda", dtype=torch.bfloat16)
         if self.cfg.dtype == "bfloat16" and self.device.type == "cpu":
             return torch.autocast("cpu", dtype=torch.bfloat16)
@@ -139,7 +157,9 @@ class Learner:
         return out
 
     @torch.no_grad()
-    def prompt_features(self, prompts: Sequence[Sequence[int]], embedding_layer: int | None = None) -> tuple[np.ndarray | None, np.ndarray | None]:
+    def prompt_features(
+        self, prompts: Sequence[Sequence[int]], embedding_layer: int | None = None
+    ) -> tuple[np.ndarray | None, np.ndarray | None]:
         """Per prompt, the value-head output and/or the hidden state of ``embedding_layer``
         (an index into ``hidden_states``, e.g. -8) at the last prompt token; ``None`` when off."""
         if self.value_head is None and embedding_layer is None:
@@ -152,10 +172,21 @@ class Learner:
             for idx in self._micro_batches(seqs, np.arange(n)):
                 b = collate([seqs[i] for i in idx], self.pad_token_id).to(self.device)
                 P = b.prompt_width
-                out = self.model(input_ids=b.input_ids[:, :P], attention_mask=b.attention_mask[:, :P], position_ids=b.position_ids[:, :P],
-                                 use_cache=False, logits_to_keep=1, output_hidden_states=True)
+                out = self.model(
+                    input_ids=b.input_ids[:, :P],
+                    attention_mask=b.attention_mask[:, :P],
+                    position_ids=b.position_ids[:, :P],
+                    use_cache=False,
+                    logits_to_keep=1,
+                    output_hidden_states=True,
+                )
                 if values is not None:
-                    values[idx] = self.value_head(out.hidden_states[-1][:, -1, :].float()).squeeze(-1).cpu().numpy()
+                    values[idx] = (
+                        self.value_head(out.hidden_states[-1][:, -1, :].float())
+                        .squeeze(-1)
+                        .cpu()
+                        .numpy()
+                    )
                 if embedding_layer is not None:
                     h = out.hidden_states[embedding_layer][:, -1, :].float().cpu().numpy()
                     if embs is None:
@@ -205,7 +236,9 @@ class Learner:
         seqs_total = float(sum(1 for m in masks if m > 0))
         denom = tokens_total if cfg.loss_agg == "token-mean" else seqs_total
         if cfg.loss_agg not in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"):
-            normaliser(torch.zeros(1, 1, dtype=torch.bool), cfg.loss_agg)  # raises naming the option
+            normaliser(
+                torch.zeros(1, 1, dtype=torch.bool), cfg.loss_agg
+            )  # raises naming the option
         self.optimizer.zero_grad(set_to_none=True)
         acc: dict[str, float] = {}
         if cfg.entropy_coef == 0 and ref is None and self.value_head is None:
@@ -219,8 +252,16 @@ class Learner:
             tok_adv = token_advantages(batch, adv).to(self.device)
             mask = batch.response_mask
             with self.autocast():
-                fo = response_forward(self.model, batch, cfg.temperature, want_entropy=True, want_hidden=self.value_head is not None)
-            pg, st = ppo_clip_loss(fo.logprobs, batch.old_logprobs, tok_adv, mask, cfg.clip_low, cfg.clip_high)
+                fo = response_forward(
+                    self.model,
+                    batch,
+                    cfg.temperature,
+                    want_entropy=True,
+                    want_hidden=self.value_head is not None,
+                )
+            pg, st = ppo_clip_loss(
+                fo.logprobs, batch.old_logprobs, tok_adv, mask, cfg.clip_low, cfg.clip_high
+            )
             loss = aggregate(pg, mask, cfg.loss_agg, denom)
             ent = aggregate(fo.entropy, mask, cfg.loss_agg, denom)
             if cfg.entropy_coef:
@@ -231,23 +272,39 @@ class Learner:
                 for k, i in enumerate(idx):
                     n = len(seqs[i].response_ids)
                     ref_lp[k, :n] = torch.as_tensor(ref[i], device=self.device)
-                kl = aggregate(kl_penalty(fo.logprobs, ref_lp, mask, cfg.kl_estimator), mask, cfg.loss_agg, denom)
+                kl = aggregate(
+                    kl_penalty(fo.logprobs, ref_lp, mask, cfg.kl_estimator),
+                    mask,
+                    cfg.loss_agg,
+                    denom,
+                )
                 loss = loss + cfg.kl_coef * kl
             vl = torch.zeros(())
             if self.value_head is not None:
                 v = self.value_head(fo.last_hidden.float()).squeeze(-1)
                 rows = batch.step_rows
                 tgt = torch.as_tensor(returns[rows], dtype=torch.float32, device=self.device)
-                old_v = torch.as_tensor(old_values[rows], dtype=torch.float32, device=self.device) if old_values is not None else v.detach()
+                old_v = (
+                    torch.as_tensor(old_values[rows], dtype=torch.float32, device=self.device)
+                    if old_values is not None
+                    else v.detach()
+                )
                 vl = value_loss(v, old_v, tgt, cfg.value_clip).sum() / max(len(mb), 1)
                 loss = loss + cfg.value_coef * vl
             if not torch.isfinite(loss):
                 self.optimizer.zero_grad(set_to_none=True)
-                raise NonFiniteError(f"non-finite loss ({float(loss.detach())}) in update {self.updates}: the update is stopped")
+                raise NonFiniteError(
+                    f"non-finite loss ({float(loss.detach())}) in update {self.updates}: the update is stopped"
+                )
             loss.backward()
             w = len(idx) / len(mb)
-            for k, val in {"loss": loss.detach(), "policy_loss": aggregate(pg, mask, cfg.loss_agg, denom).detach(), "entropy": ent.detach(),
-                           "kl_ref": kl.detach(), "value_loss": vl.detach()}.items():
+            for k, val in {
+                "loss": loss.detach(),
+                "policy_loss": aggregate(pg, mask, cfg.loss_agg, denom).detach(),
+                "entropy": ent.detach(),
+                "kl_ref": kl.detach(),
+                "value_loss": vl.detach(),
+            }.items():
                 acc[k] = acc.get(k, 0.0) + float(val)
             for k, val in st.items():
                 acc[k] = acc.get(k, 0.0) + float(val) * w
@@ -255,10 +312,14 @@ class Learner:
         for p in params:  # a mini-batch of zero advantages still takes Adam's (momentum) step
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf"))
+        gnorm = torch.nn.utils.clip_grad_norm_(
+            params, cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
+        )
         if not math.isfinite(float(gnorm)):
             self.optimizer.zero_grad(set_to_none=True)
-            raise NonFiniteError(f"non-finite gradient norm in update {self.updates}: the update is stopped")
+            raise NonFiniteError(
+                f"non-finite gradient norm in update {self.updates}: the update is stopped"
+            )
         self.optimizer.step()
         acc["grad_norm"] = float(gnorm)
         acc["sequences_processed"] = float(processed)
@@ -267,7 +328,10 @@ class Learner:
     def _micro_batches(self, seqs: Sequence[StepSequence], rows: np.ndarray) -> list[list[int]]:
         """Split ``rows`` into micro-batches of similar length (less padding), at most
         ``micro_batch_size`` sequences and (if set) ``micro_batch_tokens`` padded tokens each."""
-        order = sorted((int(i) for i in rows), key=lambda i: len(seqs[i].prompt_ids) + len(seqs[i].response_ids))
+        order = sorted(
+            (int(i) for i in rows),
+            key=lambda i: len(seqs[i].prompt_ids) + len(seqs[i].response_ids),
+        )
         size = max(1, self.cfg.micro_batch_size)
         budget = self.cfg.micro_batch_tokens
         out: list[list[int]] = []
@@ -276,7 +340,9 @@ class Learner:
         for i in order:
             p, r = len(seqs[i].prompt_ids), max(1, len(seqs[i].response_ids))
             width = max(P, p) + max(R, r)
-            if cur and (len(cur) >= size or (budget is not None and (len(cur) + 1) * width > budget)):
+            if cur and (
+                len(cur) >= size or (budget is not None and (len(cur) + 1) * width > budget)
+            ):
                 out.append(cur)
                 cur, P, R = [], 0, 0
                 width = p + r

@@ -17,7 +17,15 @@ from typing import Literal
 
 import torch
 
-__all__ = ["AGGREGATIONS", "KL_ESTIMATORS", "aggregate", "kl_penalty", "normaliser", "ppo_clip_loss", "value_loss"]
+__all__ = [
+    "AGGREGATIONS",
+    "KL_ESTIMATORS",
+    "aggregate",
+    "kl_penalty",
+    "normaliser",
+    "ppo_clip_loss",
+    "value_loss",
+]
 
 Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
@@ -49,12 +57,17 @@ def ppo_clip_loss(
         stats = {
             "clip_frac": was_clipped.sum() / n,
             "ratio_mean": torch.where(mask, ratio, torch.zeros_like(ratio)).sum() / n,
-            "approx_kl_old": torch.where(mask, (ratio - 1) - log_ratio, torch.zeros_like(ratio)).sum() / n,
+            "approx_kl_old": torch.where(
+                mask, (ratio - 1) - log_ratio, torch.zeros_like(ratio)
+            ).sum()
+            / n,
         }
     return loss, stats
 
 
-def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, estimator: str = "k3") -> torch.Tensor:
+def kl_penalty(
+    logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, estimator: str = "k3"
+) -> torch.Tensor:
     """Per-token estimate of KL(π || π_ref) from samples of π (Schulman's k1 / k3).
 
     k1 = log π - log π_ref (unbiased, can be negative); k3 = exp(-k1) - 1 + k1 (unbiased, >= 0,
@@ -71,7 +84,9 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, e
     return torch.where(mask, kl, torch.zeros_like(kl))
 
 
-def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip: float | None = None) -> torch.Tensor:
+def value_loss(
+    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip: float | None = None
+) -> torch.Tensor:
     """Per-sequence squared error ``0.5 (V - G)^2``, PPO-clipped around the old value if ``clip``."""
     err = (values - returns) ** 2
     if clip is not None:
@@ -89,7 +104,9 @@ def normaliser(mask: torch.Tensor, how: str) -> float:
     raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {how!r}")
 
 
-def aggregate(per_token: torch.Tensor, mask: torch.Tensor, how: str, denom: float | None = None) -> torch.Tensor:
+def aggregate(
+    per_token: torch.Tensor, mask: torch.Tensor, how: str, denom: float | None = None
+) -> torch.Tensor:
     """Reduce per-token terms to a scalar; ``denom`` is the mini-batch normaliser (default: this batch's)."""
     d = max(denom if denom is not None else normaliser(mask, how), 1.0)
     masked = torch.where(mask, per_token, torch.zeros_like(per_token))

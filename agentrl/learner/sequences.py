@@ -39,7 +39,9 @@ class StepSequence:
         if not self.prompt_ids:
             raise ValueError("a training sequence has an empty prompt")
         if len(self.old_logprobs) != len(self.response_ids):
-            raise ValueError(f"{len(self.old_logprobs)} log-probs for {len(self.response_ids)} response tokens")
+            raise ValueError(
+                f"{len(self.old_logprobs)} log-probs for {len(self.response_ids)} response tokens"
+            )
         if self.allowed is not None and len(self.allowed) != len(self.response_ids):
             raise ValueError("allowed must give one token set per response token")
 
@@ -60,9 +62,16 @@ class Collated:
     def to(self, device: torch.device | str) -> Collated:
         move = lambda t: None if t is None else t.to(device)  # noqa: E731
         return Collated(
-            move(self.input_ids), move(self.attention_mask), move(self.position_ids), move(self.response_ids),
-            move(self.response_mask), move(self.old_logprobs), self.step_rows, move(self.allowed_ids),
-            self.prompt_width, self.response_width,
+            move(self.input_ids),
+            move(self.attention_mask),
+            move(self.position_ids),
+            move(self.response_ids),
+            move(self.response_mask),
+            move(self.old_logprobs),
+            self.step_rows,
+            move(self.allowed_ids),
+            self.prompt_width,
+            self.response_width,
         )
 
 
@@ -97,4 +106,15 @@ def collate(seqs: Sequence[StepSequence], pad_token_id: int) -> Collated:
                 for j, a in enumerate(s.allowed):
                     allowed[b, j, : len(a)] = torch.as_tensor(a, dtype=torch.long)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    return Collated(ids, mask, positions, resp, resp_mask, old, np.array([s.step_row for s in seqs]), allowed, P, R)
+    return Collated(
+        ids,
+        mask,
+        positions,
+        resp,
+        resp_mask,
+        old,
+        np.array([s.step_row for s in seqs]),
+        allowed,
+        P,
+        R,
+    )

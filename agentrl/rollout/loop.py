@@ -41,7 +41,9 @@ class StepRecord:
     prompt_ids: list[int]
     response_ids: list[int]
     logprobs: list[float]
-    allowed: list[list[int]] | None  # per response position, the token ids sampling was restricted to
+    allowed: (
+        list[list[int]] | None
+    )  # per response position, the token ids sampling was restricted to
     response: str
     action: str | None
     parse_error: str
@@ -97,7 +99,9 @@ class _ActionTokens:
     def __call__(self, action: str) -> tuple[int, ...]:
         ids = self._cache.get(action)
         if ids is None:
-            ids = tuple(self.tokenizer(self.fmt.render(action), add_special_tokens=False)["input_ids"]) + (self.stop_id,)
+            ids = tuple(
+                self.tokenizer(self.fmt.render(action), add_special_tokens=False)["input_ids"]
+            ) + (self.stop_id,)
             self._cache[action] = ids
         return ids
 
@@ -125,11 +129,19 @@ def run_episodes(
     tokenizer = builder.tokenizer
     stop_id = int(tokenizer.eos_token_id)
     if stop_id not in sampling.stop_token_ids:
-        sampling = SamplingParams(**{**sampling.__dict__, "stop_token_ids": tuple(sampling.stop_token_ids) + (stop_id,)})
+        sampling = SamplingParams(
+            **{**sampling.__dict__, "stop_token_ids": tuple(sampling.stop_token_ids) + (stop_id,)}
+        )
     action_tokens = _ActionTokens(tokenizer, fmt, stop_id)
     first = pool.reset(list(range(n)), [r.seed for r in resets], [r.options for r in resets])
     episodes = [
-        EpisodeResult(r.group, traj_offset + k, str(info.get("task_id", "")), str(info.get("category", "")), r.seed)
+        EpisodeResult(
+            r.group,
+            traj_offset + k,
+            str(info.get("task_id", "")),
+            str(info.get("category", "")),
+            r.seed,
+        )
         for k, (r, (_obs, info)) in enumerate(zip(resets, first))
     ]
     obs = [o for o, _ in first]
@@ -143,7 +155,10 @@ def run_episodes(
             break
         t0 = time.perf_counter()
         overflow_before = builder.overflows
-        prompts = [builder.build(instructions[k], history[k], obs[k], infos[k].get("admissible_actions")) for k in live]
+        prompts = [
+            builder.build(instructions[k], history[k], obs[k], infos[k].get("admissible_actions"))
+            for k in live
+        ]
         stats.prompt_overflows += builder.overflows - overflow_before
         allowed = None
         action_of: list[dict[tuple[int, ...], str]] = [{} for _ in live]
@@ -158,7 +173,13 @@ def run_episodes(
                 else:
                     allowed.append(None)  # open action space: free generation
         t1 = time.perf_counter()
-        step_sampling = sampling if base_seed is None else SamplingParams(**{**sampling.__dict__, "seed": (int(base_seed) * 1_000_003 + t) & 0x7FFFFFFF})
+        step_sampling = (
+            sampling
+            if base_seed is None
+            else SamplingParams(
+                **{**sampling.__dict__, "seed": (int(base_seed) * 1_000_003 + t) & 0x7FFFFFFF}
+            )
+        )
         gens = backend.generate(prompts, step_sampling, allowed)
         t2 = time.perf_counter()
         stats.engine_calls += 1
@@ -172,7 +193,11 @@ def run_episodes(
                 ep.truncated = True
                 ep.error = f"{gens[j].extra['truncated']} ({len(prompts[j])} prompt tokens)"
             kept = [j for j in range(len(live)) if j not in cut]
-            live, prompts, gens = [live[j] for j in kept], [prompts[j] for j in kept], [gens[j] for j in kept]
+            live, prompts, gens = (
+                [live[j] for j in kept],
+                [prompts[j] for j in kept],
+                [gens[j] for j in kept],
+            )
             action_of = [action_of[j] for j in kept]
             if allowed is not None:
                 allowed = [allowed[j] for j in kept]
@@ -199,14 +224,34 @@ def run_episodes(
             info = res.info
             before = len(infos[k].get("milestones", ()) or ())
             after = len(info.get("milestones", ()) or ())
-            step_allowed = allowed_per_position(allowed[j], g.token_ids) if allowed is not None and allowed[j] is not None else None
-            valid = p_action is not None and bool(info.get("action_valid", True)) and "error" not in info
+            step_allowed = (
+                allowed_per_position(allowed[j], g.token_ids)
+                if allowed is not None and allowed[j] is not None
+                else None
+            )
+            valid = (
+                p_action is not None
+                and bool(info.get("action_valid", True))
+                and "error" not in info
+            )
             ep = episodes[k]
-            ep.steps.append(StepRecord(
-                prompt_ids=list(prompts[j]), response_ids=list(g.token_ids), logprobs=list(g.logprobs), allowed=step_allowed,
-                response=text, action=p_action, parse_error=reason, finish_reason=g.finish_reason, observation=obs[k],
-                state_key=infos[k].get("state_key", obs[k]), reward=float(res.reward), valid=valid, milestones_new=max(0, after - before),
-            ))
+            ep.steps.append(
+                StepRecord(
+                    prompt_ids=list(prompts[j]),
+                    response_ids=list(g.token_ids),
+                    logprobs=list(g.logprobs),
+                    allowed=step_allowed,
+                    response=text,
+                    action=p_action,
+                    parse_error=reason,
+                    finish_reason=g.finish_reason,
+                    observation=obs[k],
+                    state_key=infos[k].get("state_key", obs[k]),
+                    reward=float(res.reward),
+                    valid=valid,
+                    milestones_new=max(0, after - before),
+                )
+            )
             stats.prompt_tokens += len(prompts[j])
             stats.response_tokens += len(g.token_ids)
             history[k].append(Turn(obs[k], text))

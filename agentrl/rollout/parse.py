@@ -44,9 +44,13 @@ class ActionFormat:
             try:
                 rx = re.compile(self.pattern, re.DOTALL)
             except re.error as exc:
-                raise ValueError(f"action pattern {self.pattern!r} is not a valid regex: {exc}") from exc
+                raise ValueError(
+                    f"action pattern {self.pattern!r} is not a valid regex: {exc}"
+                ) from exc
             if rx.groups < 1:
-                raise ValueError(f"action pattern {self.pattern!r} needs a capture group for the action")
+                raise ValueError(
+                    f"action pattern {self.pattern!r} needs a capture group for the action"
+                )
         if "{action}" not in self.template:
             raise ValueError(f"action template {self.template!r} must contain {{action}}")
 
@@ -63,7 +67,12 @@ class ActionFormat:
         else:
             found = re.findall(self.pattern, text, re.DOTALL)
             if not found:
-                return ParsedAction(None, "no action tag" if finish_reason == "stop" else "no action tag before the token limit")
+                return ParsedAction(
+                    None,
+                    "no action tag"
+                    if finish_reason == "stop"
+                    else "no action tag before the token limit",
+                )
             action = found[-1] if isinstance(found[-1], str) else found[-1][0]
             action = action.strip()
         if not action:

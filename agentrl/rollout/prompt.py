@@ -32,8 +32,12 @@ class PromptConfig:
     observation_prefix: str = "Current observation:\n"
     history_prefix: str = "Observation:\n"
     actions_prefix: str = "Admissible actions: "
-    response_hint: str = "Think briefly if you need to, then give exactly one action as <action>ACTION</action>."
-    system_role: bool = True  # instruction as a system message; else prepended to the first user message
+    response_hint: str = (
+        "Think briefly if you need to, then give exactly one action as <action>ACTION</action>."
+    )
+    system_role: bool = (
+        True  # instruction as a system message; else prepended to the first user message
+    )
     max_prompt_tokens: int = 2048
 
     def __post_init__(self) -> None:
@@ -63,7 +67,13 @@ class PromptBuilder:
         self.overflows = 0
         self._cache: dict[tuple, list[int]] = {}
 
-    def messages(self, instruction: str, history: Sequence[Turn], observation: str, actions: Sequence[str] | None) -> list[dict[str, str]]:
+    def messages(
+        self,
+        instruction: str,
+        history: Sequence[Turn],
+        observation: str,
+        actions: Sequence[str] | None,
+    ) -> list[dict[str, str]]:
         cfg = self.cfg
         msgs: list[dict[str, str]] = []
         system = ""
@@ -86,14 +96,22 @@ class PromptBuilder:
         key = tuple((m["role"], m["content"]) for m in messages)
         ids = self._cache.get(key)
         if ids is None:
-            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            text = self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=False
+            )
             ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
             if len(self._cache) >= self.CACHE_SIZE:
                 self._cache.clear()
             self._cache[key] = ids
         return list(ids)
 
-    def build(self, instruction: str, history: Sequence[Turn], observation: str, actions: Sequence[str] | None) -> list[int]:
+    def build(
+        self,
+        instruction: str,
+        history: Sequence[Turn],
+        observation: str,
+        actions: Sequence[str] | None,
+    ) -> list[int]:
         """Prompt token ids for one step, within ``max_prompt_tokens`` where possible."""
         k = self.cfg.history
         hist = list(history) if k == -1 else (list(history)[-k:] if k > 0 else [])

@@ -73,8 +73,14 @@ def test_history_levels():
         (dict(t=[0, 1, 1, 0, 1]), ["duplicate (traj, t)", "rows [1, 2]"]),
         (dict(t=[0, 1, 2, -1, 0]), ["'t' must be >= 0", "rows [3]"]),
         (dict(group=[0, 0, 1, 1, 1]), ["trajectories [0] span several groups", "rows [0, 1, 2]"]),
-        (dict(done=[True, False, True, False, True]), ["'done' is set before the last step", "rows [0]"]),
-        (dict(reward=[0.0, np.nan, 1.0, 0.0, np.nan]), ["'reward'", "NaN or infinite", "rows [1, 4]"]),
+        (
+            dict(done=[True, False, True, False, True]),
+            ["'done' is set before the last step", "rows [0]"],
+        ),
+        (
+            dict(reward=[0.0, np.nan, 1.0, 0.0, np.nan]),
+            ["'reward'", "NaN or infinite", "rows [1, 4]"],
+        ),
         (dict(reward=[0.0, 0.0, np.inf, 0.0, 0.0]), ["'reward'", "rows [2]"]),
         (dict(success=[True, True, False, False, False]), ["'success' differs"]),
         (dict(milestone=[0, 1, -1, 0, 0]), ["'milestone' must be >= 0", "rows [2]"]),
@@ -101,7 +107,9 @@ def test_embedding_nan_names_rows_and_float32_is_kept():
 
 def test_empty_batch_is_an_error():
     with pytest.raises(StepBatchError, match="empty"):
-        StepBatch(group=[], traj=[], t=[], reward=[], done=[], state_key=[], action_key=[], valid=[])
+        StepBatch(
+            group=[], traj=[], t=[], reward=[], done=[], state_key=[], action_key=[], valid=[]
+        )
 
 
 def test_keys_any_hashable_or_unhashable_by_content():
@@ -121,7 +129,10 @@ def test_ids_need_not_be_sorted_or_dense():
 
 def test_take_and_from_trajectories():
     b = StepBatch.from_trajectories(
-        [dict(group=0, rewards=[1, 2], states=["a", "b"], success=True), dict(group=1, rewards=[3], states=["c"])]
+        [
+            dict(group=0, rewards=[1, 2], states=["a", "b"], success=True),
+            dict(group=1, rewards=[3], states=["c"]),
+        ]
     )
     assert b.t.tolist() == [0, 1, 0] and b.done.tolist() == [False, True, True]
     assert b.success.tolist() == [True, True, False]

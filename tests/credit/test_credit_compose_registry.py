@@ -9,7 +9,20 @@ import credit
 from credit import StepBatch, compute
 from credit.synthetic import random_batch
 
-ALL = ["bipace", "compose", "gae", "gagpo", "gigpo", "graphgpo", "grpo", "hgpo", "milestone", "rloo", "salt", "turn"]
+ALL = [
+    "bipace",
+    "compose",
+    "gae",
+    "gagpo",
+    "gigpo",
+    "graphgpo",
+    "grpo",
+    "hgpo",
+    "milestone",
+    "rloo",
+    "salt",
+    "turn",
+]
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +40,10 @@ def test_every_module_is_registered_with_options():
 def test_compose_equals_the_sum_of_its_parts(batch):
     spec = dict(
         base={"name": "grpo", "mode": "mean"},
-        terms=[{"name": "gigpo", "weight": 0.5, "mode": "mean"}, {"name": "milestone", "weight": 2.0}],
+        terms=[
+            {"name": "gigpo", "weight": 0.5, "mode": "mean"},
+            {"name": "milestone", "weight": 2.0},
+        ],
     )
     r = compute(batch, "compose", **spec)
     base = compute(batch, "grpo", mode="mean").advantages.astype(np.float64)
@@ -41,7 +57,9 @@ def test_compose_equals_the_sum_of_its_parts(batch):
 def test_compose_from_a_hydra_config(batch):
     from omegaconf import OmegaConf
 
-    cfg = OmegaConf.create({"name": "compose", "base": {"name": "rloo"}, "terms": [{"name": "hgpo", "alpha": 2.0}]})
+    cfg = OmegaConf.create(
+        {"name": "compose", "base": {"name": "rloo"}, "terms": [{"name": "hgpo", "alpha": 2.0}]}
+    )
     opts = {k: v for k, v in cfg.items() if k != "name"}
     r = compute(batch, cfg.name, **opts)
     exp = compute(batch, "rloo").advantages + compute(batch, "hgpo", alpha=2.0).components["step"]
@@ -51,7 +69,9 @@ def test_compose_from_a_hydra_config(batch):
 def test_compose_nested_and_without_base(batch):
     inner = {"name": "compose", "base": "grpo", "terms": ["gigpo"]}
     r = compute(batch, "compose", base=inner, terms=[])
-    np.testing.assert_allclose(r.advantages, compute(batch, "compose", base="grpo", terms=["gigpo"]).advantages)
+    np.testing.assert_allclose(
+        r.advantages, compute(batch, "compose", base="grpo", terms=["gigpo"]).advantages
+    )
     r = compute(batch, "compose", base=None, terms=[{"name": "gigpo", "component": "step"}])
     np.testing.assert_allclose(r.advantages, compute(batch, "gigpo").components["step"], rtol=1e-6)
 
@@ -61,7 +81,11 @@ def test_compose_nested_and_without_base(batch):
     [
         (dict(base={"mode": "mean"}), ValueError, ["'name'"]),
         (dict(base="nope"), KeyError, ["'nope'", "gigpo", "grpo"]),
-        (dict(terms=[{"name": "gigpo", "component": "nope"}]), ValueError, ["'nope'", "episode", "step"]),
+        (
+            dict(terms=[{"name": "gigpo", "component": "nope"}]),
+            ValueError,
+            ["'nope'", "episode", "step"],
+        ),
         (dict(terms={"name": "gigpo"}), TypeError, ["list"]),
         (dict(terms=[{"name": "gigpo", "gama": 0.9}]), TypeError, ["'gama'", "gamma"]),
     ],
@@ -108,12 +132,17 @@ def test_compute_needs_a_step_batch():
 
 def test_overflowing_rewards_give_a_clear_error():
     b = StepBatch.from_trajectories(
-        [dict(group=0, rewards=[1e308, 1e308], states=["a", "b"]), dict(group=0, rewards=[0.0, 0.0], states=["a", "b"])]
+        [
+            dict(group=0, rewards=[1e308, 1e308], states=["a", "b"]),
+            dict(group=0, rewards=[0.0, 0.0], states=["a", "b"]),
+        ]
     )
     with pytest.raises(ValueError, match=r"episode returns overflow.*rows \[0, 1\].*rescale"):
         compute(b, "grpo", mode="mean")
     # advantages that do not fit float32 are an error too, not inf
-    b = StepBatch.from_trajectories([dict(group=0, rewards=[1e300], states=["a"]), dict(group=0, rewards=[0.0], states=["a"])])
+    b = StepBatch.from_trajectories(
+        [dict(group=0, rewards=[1e300], states=["a"]), dict(group=0, rewards=[0.0], states=["a"])]
+    )
     with pytest.raises(FloatingPointError, match="float32.*rescale"):
         compute(b, "grpo", mode="mean")
 
@@ -124,7 +153,12 @@ def test_diagnostics_all_fail_variance():
     b = StepBatch.from_trajectories(
         [
             dict(group=0, rewards=[-0.1, -0.1], states=["a", "b"], success=False),
-            dict(group=0, rewards=[-0.1, -0.1, -0.1, -0.1], states=["a", "c", "d", "e"], success=False),
+            dict(
+                group=0,
+                rewards=[-0.1, -0.1, -0.1, -0.1],
+                states=["a", "c", "d", "e"],
+                success=False,
+            ),
             dict(group=1, rewards=[1.0], states=["x"], success=True),
             dict(group=1, rewards=[0.0], states=["x"], success=False),
         ]

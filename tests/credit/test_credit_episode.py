@@ -70,7 +70,9 @@ def test_rloo(batch):
 
 
 def test_all_equal_group_gives_exact_zeros():
-    b = StepBatch.from_trajectories([dict(group=0, rewards=[0.1, 0.2], states=["a", "b"]) for _ in range(3)])
+    b = StepBatch.from_trajectories(
+        [dict(group=0, rewards=[0.1, 0.2], states=["a", "b"]) for _ in range(3)]
+    )
     for name in ("grpo", "rloo"):
         for stats in ("per_trajectory", "per_step_rows"):
             assert (compute(b, name, stats=stats).advantages == 0).all()

@@ -16,7 +16,9 @@ def two_rollouts(valid1=None):
     return StepBatch.from_trajectories(
         [
             dict(group=0, rewards=[0, 0, 1], states=["s0", "s1", "s2"]),
-            dict(group=0, rewards=[0, 0, -1], states=["s0", "s1", "s3"], valid=valid1 or [True] * 3),
+            dict(
+                group=0, rewards=[0, 0, -1], states=["s0", "s1", "s3"], valid=valid1 or [True] * 3
+            ),
         ]
     )
 
@@ -46,7 +48,9 @@ def test_gigpo_invalid_penalty_after_discounting():
     # traj 1, t=1 invalid, c = 0.1: its G = -0.5 - 0.1 = -0.6; G of t=0 stays -0.25 (not propagated)
     # its episode score = -1 - 0.1 = -1.1; rows [1,1,1,-1,-1.1,-1], mean = -0.1/6
     # s1 {0.5, -0.6}: mean -0.05 -> [0.55, -0.55]; s0 unchanged +-0.25
-    a = compute(two_rollouts([True, False, True]), "gigpo", gamma=0.5, mode="mean", invalid_penalty=0.1).advantages
+    a = compute(
+        two_rollouts([True, False, True]), "gigpo", gamma=0.5, mode="mean", invalid_penalty=0.1
+    ).advantages
     m = -0.1 / 6
     exp = [1 - m + 0.25, 1 - m + 0.55, 1 - m, -1 - m - 0.25, -1.1 - m - 0.55, -1 - m]
     np.testing.assert_allclose(a, exp, rtol=1e-6)
@@ -54,7 +58,15 @@ def test_gigpo_invalid_penalty_after_discounting():
 
 def test_gigpo_omega_and_episode_stats():
     b = two_rollouts()
-    r = compute(b, "gigpo", gamma=0.5, mode="mean", omega=2.0, invalid_penalty=0, episode_stats="per_trajectory")
+    r = compute(
+        b,
+        "gigpo",
+        gamma=0.5,
+        mode="mean",
+        omega=2.0,
+        invalid_penalty=0,
+        episode_stats="per_trajectory",
+    )
     # per trajectory: R = {1, -1}, mean 0: same +-1 here; step term doubled
     np.testing.assert_allclose(r.advantages, [1.5, 2.0, 1.0, -1.5, -2.0, -1.0])
 
@@ -72,10 +84,17 @@ def test_gigpo_similarity_grouping():
             dict(group=0, rewards=[0, -1], states=["s0'", "s1"]),
         ]
     )
-    b = StepBatch(**{k: getattr(b, k) for k in ("group", "traj", "t", "reward", "done", "state_key", "action_key", "valid")},
-                  extras={"observation": np.array([text[s] for s in b.state_key], dtype=object)})
+    b = StepBatch(
+        **{
+            k: getattr(b, k)
+            for k in ("group", "traj", "t", "reward", "done", "state_key", "action_key", "valid")
+        },
+        extras={"observation": np.array([text[s] for s in b.state_key], dtype=object)},
+    )
     exact = compute(b, "gigpo", gamma=1.0, mode="mean", invalid_penalty=0).components["step"]
-    sim = compute(b, "gigpo", gamma=1.0, mode="mean", invalid_penalty=0, similarity=0.9).components["step"]
+    sim = compute(b, "gigpo", gamma=1.0, mode="mean", invalid_penalty=0, similarity=0.9).components[
+        "step"
+    ]
     # exact keys: s0 and s0' alone -> 0; s1 {1, -1} -> +-1
     np.testing.assert_allclose(exact, [0, 1, 0, -1])
     # similarity: {s0, s0'} -> G {1, -1} -> +-1
@@ -126,7 +145,9 @@ def test_hgpo_hierarchy_mean():
 def test_hgpo_base_group():
     # base item (k=0, weight 1): episode rows R = [1]*3 + [-1]*3 + [1]*3, mean 1/3 -> [2/3, -4/3, 2/3]
     # traj0 t0: (1 * 2/3 + 2 * 0.25) / (3 + eps); traj0 t2: only the base item -> (2/3) / (1 + eps)
-    a = compute(three_rollouts(), "hgpo", gamma=0.5, mode="mean", invalid_penalty=0, base_group=True).advantages
+    a = compute(
+        three_rollouts(), "hgpo", gamma=0.5, mode="mean", invalid_penalty=0, base_group=True
+    ).advantages
     assert a[0] == pytest.approx((2 / 3 + 0.5) / (3 + EPS))
     assert a[2] == pytest.approx((2 / 3) / (1 + EPS))
     assert a[4] == pytest.approx((-4 / 3 + 2 * (-2 / 3) + 3 * -0.5) / (6 + EPS))

@@ -23,14 +23,34 @@ MODULES: dict[str, list[dict]] = {
     "gagpo": [{}, {"leave_one_out": True}],
     "bipace": [{}, {"action_baseline": False, "mode": "mean"}],
     "gae": [{}, {"whiten": True}],
-    "compose": [{"base": {"name": "grpo", "mode": "mean"}, "terms": [{"name": "gigpo"}, {"name": "milestone", "weight": 0.5}]}],
+    "compose": [
+        {
+            "base": {"name": "grpo", "mode": "mean"},
+            "terms": [{"name": "gigpo"}, {"name": "milestone", "weight": 0.5}],
+        }
+    ],
 }
 
 
 @st.composite
 def batches(draw, rewards="small"):
     """1-3 task groups of 1-4 rollouts of 1, 2, 3, 5 or 30 steps over a few shared states."""
-    rows: dict[str, list] = {k: [] for k in ("group", "traj", "t", "reward", "state", "action", "valid", "ms", "succ", "value", "turn")}
+    rows: dict[str, list] = {
+        k: []
+        for k in (
+            "group",
+            "traj",
+            "t",
+            "reward",
+            "state",
+            "action",
+            "valid",
+            "ms",
+            "succ",
+            "value",
+            "turn",
+        )
+    }
     constant = draw(st.booleans())  # all rewards of the batch equal: every group all-equal
     if rewards == "int":
         rew = st.integers(-3, 3).map(float)
@@ -59,19 +79,37 @@ def batches(draw, rewards="small"):
             traj += 1
     n = len(rows["t"])
     state = np.array(rows["state"])
-    emb = np.eye(4, dtype=np.float32)[state] + 0.001 * np.arange(n, dtype=np.float32)[:, None] % 0.01
+    emb = (
+        np.eye(4, dtype=np.float32)[state] + 0.001 * np.arange(n, dtype=np.float32)[:, None] % 0.01
+    )
     done = np.zeros(n, dtype=bool)
     tr = np.array(rows["traj"])
     done[np.r_[np.flatnonzero(np.diff(tr)), n - 1]] = True
     return StepBatch(
-        group=rows["group"], traj=tr, t=rows["t"], reward=rows["reward"], done=done,
-        state_key=[f"s{s}" for s in rows["state"]], action_key=[f"a{a}" for a in rows["action"]],
-        valid=rows["valid"], milestone=rows["ms"], value=rows["value"], embedding=emb, success=rows["succ"],
-        extras={"turn_reward": np.array(rows["turn"], dtype=np.float64), "observation": np.array([f"room {s}" for s in state], dtype=object)},
+        group=rows["group"],
+        traj=tr,
+        t=rows["t"],
+        reward=rows["reward"],
+        done=done,
+        state_key=[f"s{s}" for s in rows["state"]],
+        action_key=[f"a{a}" for a in rows["action"]],
+        valid=rows["valid"],
+        milestone=rows["ms"],
+        value=rows["value"],
+        embedding=emb,
+        success=rows["succ"],
+        extras={
+            "turn_reward": np.array(rows["turn"], dtype=np.float64),
+            "observation": np.array([f"room {s}" for s in state], dtype=object),
+        },
     )
 
 
-SETTINGS = dict(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = dict(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 @settings(**SETTINGS)
@@ -103,7 +141,12 @@ def test_results_do_not_depend_on_row_order(b, data):
             a = compute(b, name, **opts).advantages
             a_p = compute(p, name, **opts).advantages
             np.testing.assert_allclose(a_p, a[perm], rtol=1e-5, atol=1e-5, err_msg=f"{name} {opts}")
-    np.testing.assert_allclose(compute(p, "gigpo", similarity=0.9).advantages, compute(b, "gigpo", similarity=0.9).advantages[perm], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        compute(p, "gigpo", similarity=0.9).advantages,
+        compute(b, "gigpo", similarity=0.9).advantages[perm],
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 # Mean-normalised modules: adding a constant to every rollout's outcome (its last reward) in a task
@@ -125,12 +168,25 @@ SHIFT_INVARIANT: dict[str, list[dict]] = {
 @settings(**SETTINGS)
 @given(b=batches(rewards="int"), data=st.data())
 def test_adding_a_constant_to_a_groups_outcomes_changes_nothing(b, data):
-    shift = np.array(data.draw(st.lists(st.integers(-5, 5), min_size=b.num_groups, max_size=b.num_groups)), dtype=np.float64)
+    shift = np.array(
+        data.draw(st.lists(st.integers(-5, 5), min_size=b.num_groups, max_size=b.num_groups)),
+        dtype=np.float64,
+    )
     reward = b.reward + np.where(b.done, shift[b.group_index], 0.0)
     s = StepBatch(
-        group=b.group, traj=b.traj, t=b.t, reward=reward, done=b.done, state_key=b.state_key,
-        action_key=b.action_key, valid=b.valid, milestone=b.milestone, value=b.value,
-        embedding=b.embedding, success=b.success, extras=b.extras,
+        group=b.group,
+        traj=b.traj,
+        t=b.t,
+        reward=reward,
+        done=b.done,
+        state_key=b.state_key,
+        action_key=b.action_key,
+        valid=b.valid,
+        milestone=b.milestone,
+        value=b.value,
+        embedding=b.embedding,
+        success=b.success,
+        extras=b.extras,
     )
     # A task group of a single rollout has no baseline: by the reference convention it keeps its
     # raw return (singleton="raw"), which a shift does move; the property is about real groups.
@@ -138,8 +194,11 @@ def test_adding_a_constant_to_a_groups_outcomes_changes_nothing(b, data):
     for name, variants in SHIFT_INVARIANT.items():
         for opts in variants:
             np.testing.assert_allclose(
-                compute(s, name, **opts).advantages[multi], compute(b, name, **opts).advantages[multi],
-                rtol=1e-5, atol=1e-5, err_msg=f"{name} {opts}",
+                compute(s, name, **opts).advantages[multi],
+                compute(b, name, **opts).advantages[multi],
+                rtol=1e-5,
+                atol=1e-5,
+                err_msg=f"{name} {opts}",
             )
 
 
@@ -148,8 +207,14 @@ def test_adding_a_constant_to_a_groups_outcomes_changes_nothing(b, data):
 def test_gigpo_without_repeated_states_is_its_episode_term(b):
     # give every step its own state: no anchor group has two members
     u = StepBatch(
-        group=b.group, traj=b.traj, t=b.t, reward=b.reward, done=b.done,
-        state_key=np.arange(len(b)), action_key=b.action_key, valid=b.valid,
+        group=b.group,
+        traj=b.traj,
+        t=b.t,
+        reward=b.reward,
+        done=b.done,
+        state_key=np.arange(len(b)),
+        action_key=b.action_key,
+        valid=b.valid,
     )
     for mode in ("mean", "mean_std"):
         r = compute(u, "gigpo", mode=mode)

@@ -11,8 +11,24 @@ EPS = 1e-6
 
 
 def rebuild(b: StepBatch, **over) -> StepBatch:
-    cols = {k: getattr(b, k) for k in ("group", "traj", "t", "reward", "done", "state_key", "action_key", "valid",
-                                       "milestone", "value", "embedding", "success", "extras")}
+    cols = {
+        k: getattr(b, k)
+        for k in (
+            "group",
+            "traj",
+            "t",
+            "reward",
+            "done",
+            "state_key",
+            "action_key",
+            "valid",
+            "milestone",
+            "value",
+            "embedding",
+            "success",
+            "extras",
+        )
+    }
     cols.update(over)
     return StepBatch(**cols)
 
@@ -25,7 +41,9 @@ def milestone_batch():
     # traj 1: 3 steps, a milestone at t=2 (R=0)
     return StepBatch.from_trajectories(
         [
-            dict(group=0, rewards=[0, 0, 0, 0, 1], states=list("abcde"), milestones=[0, 1, 0, 1, 0]),
+            dict(
+                group=0, rewards=[0, 0, 0, 0, 1], states=list("abcde"), milestones=[0, 1, 0, 1, 0]
+            ),
             dict(group=0, rewards=[0, 0, 0], states=list("afg"), milestones=[0, 0, 1]),
         ]
     )
@@ -42,7 +60,9 @@ def test_milestone_hand_computed():
     step = [-1.5, 3.5, -2.5, 2.5, 0.0, -4.0, -1.5, 3.5]
     np.testing.assert_allclose(r.components["shaped_reward"], [5, 10, 5, 10, 0, 2.5, 5, 10])
     np.testing.assert_allclose(r.components["step"], step)
-    np.testing.assert_allclose(r.advantages, np.array(step) + np.array([0.375] * 5 + [-0.625] * 3), rtol=1e-6)
+    np.testing.assert_allclose(
+        r.advantages, np.array(step) + np.array([0.375] * 5 + [-0.625] * 3), rtol=1e-6
+    )
     assert r.diagnostics["milestones_per_trajectory"] == 1.5
 
 
@@ -84,7 +104,9 @@ def test_graphgpo_hand_computed():
     #                       C {0.01, 1} mean 0.505 -> [-0.495, 0.495]
     # episode (rows, mean): R rows [1,1, 0,0, 1,1,1], mean 5/7
     r = compute(graph_batch(), "graphgpo", mode="mean", invalid_penalty=0)
-    np.testing.assert_allclose(r.components["graph_return"], [1, 10, 0.1, 0.01, 0.1, 1, 10], rtol=1e-12)
+    np.testing.assert_allclose(
+        r.components["graph_return"], [1, 10, 0.1, 0.01, 0.1, 1, 10], rtol=1e-12
+    )
     step = [0.6, 0.0, -0.3, -0.495, -0.3, 0.495, 0.0]
     np.testing.assert_allclose(r.components["step"], step, atol=1e-12)
     e = np.array([1, 1, 0, 0, 1, 1, 1]) - 5 / 7
@@ -93,15 +115,21 @@ def test_graphgpo_hand_computed():
 
 def test_graphgpo_paper_convention_and_no_success():
     r = compute(graph_batch(), "graphgpo", mode="mean", invalid_penalty=0, convention="paper")
-    np.testing.assert_allclose(r.components["graph_return"], [0.1, 1, 0.01, 0.001, 0.01, 0.1, 1], rtol=1e-12)
-    lost = StepBatch.from_trajectories([dict(group=0, rewards=[0, 0], states=["A", "B"], success=False)] * 2)
+    np.testing.assert_allclose(
+        r.components["graph_return"], [0.1, 1, 0.01, 0.001, 0.01, 0.1, 1], rtol=1e-12
+    )
+    lost = StepBatch.from_trajectories(
+        [dict(group=0, rewards=[0, 0], states=["A", "B"], success=False)] * 2
+    )
     assert (compute(lost, "graphgpo").components["step"] == 0).all()
 
 
 def test_graphgpo_next_state_key_merges_failed_ends():
     # with next_state_key, traj1's end state "B" is the node B (d = 1), not an unreachable end
     b = graph_batch()
-    b = rebuild(b, extras={"next_state_key": np.array(["B", "S", "C", "B", "C", "B", "S"], dtype=object)})
+    b = rebuild(
+        b, extras={"next_state_key": np.array(["B", "S", "C", "B", "C", "B", "S"], dtype=object)}
+    )
     raw = compute(b, "graphgpo", mode="mean", invalid_penalty=0).components["graph_return"]
     assert raw[3] == pytest.approx(1.0)
 
@@ -125,7 +153,9 @@ def test_salt_state_action_nodes():
     # node (s0,a) is shared by traj0 and traj1: (2/3 - 1/3)/2 = 1/6 on both; other nodes are
     # taken by one rollout (< min_share 2) and keep their rollout's advantage
     r = compute(salt_batch(), "salt", base={"name": "grpo", "mode": "mean"})
-    np.testing.assert_allclose(r.advantages, [1 / 6, 2 / 3, 1 / 6, -1 / 3, -1 / 3, -1 / 3], rtol=1e-6)
+    np.testing.assert_allclose(
+        r.advantages, [1 / 6, 2 / 3, 1 / 6, -1 / 3, -1 / 3, -1 / 3], rtol=1e-6
+    )
     assert r.diagnostics["shared_step_fraction"] == pytest.approx(2 / 6)
     assert r.diagnostics["mixed_outcome_node_fraction"] == 1.0  # (s0,a): a winner and a loser
 
@@ -135,8 +165,16 @@ def test_salt_state_nodes_and_history():
     r = compute(salt_batch(), "salt", base={"name": "grpo", "mode": "mean"}, node="state")
     np.testing.assert_allclose(r.advantages, [0, 1 / 6, 0, 1 / 6, 0, -1 / 3], atol=1e-7)
     # node = history: (s0,a) is a shared prefix of traj0/traj1; (s0,a,s1,b) and (s0,a,s1,c) differ
-    r = compute(salt_batch(), "salt", base={"name": "grpo", "mode": "mean"}, node="history", graph_stats=True)
-    np.testing.assert_allclose(r.advantages, [1 / 6, 2 / 3, 1 / 6, -1 / 3, -1 / 3, -1 / 3], rtol=1e-6)
+    r = compute(
+        salt_batch(),
+        "salt",
+        base={"name": "grpo", "mode": "mean"},
+        node="history",
+        graph_stats=True,
+    )
+    np.testing.assert_allclose(
+        r.advantages, [1 / 6, 2 / 3, 1 / 6, -1 / 3, -1 / 3, -1 / 3], rtol=1e-6
+    )
     assert r.diagnostics["graph_is_dag"] is True  # a prefix tree
     assert r.diagnostics["graph_nodes"] == 5
 
@@ -185,7 +223,9 @@ def test_gagpo_hand_computed():
     np.testing.assert_allclose(r.components["value_proxy"], [1 / 3, 1 / 2, 1 / 3, 0, 1 / 3, 1 / 2])
     np.testing.assert_allclose(r.advantages, [5 / 12, 1 / 2, -1 / 3, 0, -1 / 12, -1 / 2], atol=1e-7)
     # leave-one-out: V(A) for traj0 = mean{0, 0} = 0; for traj1 = mean{1, 0} = 1/2
-    v = compute(b, "gagpo", gamma=1.0, lam=0.5, mode="mean", leave_one_out=True).components["value_proxy"]
+    v = compute(b, "gagpo", gamma=1.0, lam=0.5, mode="mean", leave_one_out=True).components[
+        "value_proxy"
+    ]
     np.testing.assert_allclose(v, [0, 0, 1 / 2, 0, 1 / 2, 1])
 
 
@@ -200,15 +240,25 @@ def test_bipace_hand_computed():
     # row 3 is the only b in C (< min_peers 2): leave-one-out 3 - (1 + 0)/2 = 2.5; row 2 alone -> 0
     # episode (rows = rollouts, mean): R mean 9/4 -> [-1.25, -2.25, 2.75, 0.75]
     b = StepBatch(
-        group=[0, 0, 0, 0], traj=[0, 1, 2, 3], t=[0, 0, 0, 0], reward=[1.0, 0.0, 5.0, 3.0],
-        done=[True] * 4, state_key=["p", "q", "r", "s"], action_key=["a", "a", "b", "b"], valid=[True] * 4,
+        group=[0, 0, 0, 0],
+        traj=[0, 1, 2, 3],
+        t=[0, 0, 0, 0],
+        reward=[1.0, 0.0, 5.0, 3.0],
+        done=[True] * 4,
+        state_key=["p", "q", "r", "s"],
+        action_key=["a", "a", "b", "b"],
+        valid=[True] * 4,
         embedding=np.array([[1, 0], [1, 0.01], [0, 1], [1, 0.02]], dtype=np.float32),
     )
     r = compute(b, "bipace", mode="mean")
     np.testing.assert_allclose(r.components["step"], [-5 / 6, -5 / 6, 0, 2.5], rtol=1e-6)
-    np.testing.assert_allclose(r.advantages, np.array([-1.25, -2.25, 2.75, 0.75]) + [-5 / 6, -5 / 6, 0, 2.5], rtol=1e-6)
+    np.testing.assert_allclose(
+        r.advantages, np.array([-1.25, -2.25, 2.75, 0.75]) + [-5 / 6, -5 / 6, 0, 2.5], rtol=1e-6
+    )
     assert r.diagnostics["cluster_group_sizes"] == {1: 1, 3: 1}
-    assert r.diagnostics["anchor_singleton_fraction"] == 1.0  # exact states would give no step signal
+    assert (
+        r.diagnostics["anchor_singleton_fraction"] == 1.0
+    )  # exact states would give no step signal
     # plain BiGPO: G - mean_C
     s = compute(b, "bipace", mode="mean", action_baseline=False).components["step"]
     np.testing.assert_allclose(s, [1 - 4 / 3, -4 / 3, 0, 3 - 4 / 3], rtol=1e-6)
@@ -229,7 +279,10 @@ def test_bipace_needs_embeddings():
 def turn_batch():
     # traj 0 rewards [1, 2] (turn rewards [1, 0]); traj 1 rewards [3, 0, 1] (turn rewards [0, 0, 0])
     b = StepBatch.from_trajectories(
-        [dict(group=0, rewards=[1, 2], states=["a", "b"]), dict(group=0, rewards=[3, 0, 1], states=["a", "c", "d"])]
+        [
+            dict(group=0, rewards=[1, 2], states=["a", "b"]),
+            dict(group=0, rewards=[3, 0, 1], states=["a", "c", "d"]),
+        ]
     )
     return rebuild(b, extras={"turn_reward": np.array([1.0, 0, 0, 0, 0])})
 
@@ -247,7 +300,11 @@ def test_turn_mt_grpo():
     a = compute(turn_batch(), "turn", variant="mt_grpo", mode="mean").advantages
     np.testing.assert_allclose(a, [0, -0.5, 0, 0.5, 0.5])
     with pytest.raises(StepBatchError, match="'turn_reward'"):
-        compute(StepBatch.from_trajectories([dict(group=0, rewards=[1], states=["a"])]), "turn", variant="mt_grpo")
+        compute(
+            StepBatch.from_trajectories([dict(group=0, rewards=[1], states=["a"])]),
+            "turn",
+            variant="mt_grpo",
+        )
 
 
 def test_turn_a2tgpo():
@@ -274,7 +331,9 @@ def test_gae_two_steps():
     # rewards [0, 1], values [0.5, 0.8], gamma 0.9, lam 0.5
     # delta1 = 1 + 0 - 0.8 = 0.2; delta0 = 0 + 0.9 * 0.8 - 0.5 = 0.22
     # A1 = 0.2; A0 = 0.22 + 0.45 * 0.2 = 0.31; returns = A + V = [0.81, 1.0]
-    b = StepBatch.from_trajectories([dict(group=0, rewards=[0.0, 1.0], states=["a", "b"], values=[0.5, 0.8])])
+    b = StepBatch.from_trajectories(
+        [dict(group=0, rewards=[0.0, 1.0], states=["a", "b"], values=[0.5, 0.8])]
+    )
     r = compute(b, "gae", gamma=0.9, lam=0.5)
     np.testing.assert_allclose(r.advantages, [0.31, 0.2], rtol=1e-6)
     np.testing.assert_allclose(r.components["returns"], [0.81, 1.0], rtol=1e-6)

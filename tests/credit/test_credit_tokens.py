@@ -43,7 +43,13 @@ def test_bad_token_step():
 def test_every_response_token_gets_its_steps_value_and_nothing_else(adv, data):
     adv = np.array(adv)
     shape = data.draw(st.tuples(st.integers(1, 4), st.integers(1, 12)))
-    flat = data.draw(st.lists(st.integers(-1, len(adv) - 1), min_size=shape[0] * shape[1], max_size=shape[0] * shape[1]))
+    flat = data.draw(
+        st.lists(
+            st.integers(-1, len(adv) - 1),
+            min_size=shape[0] * shape[1],
+            max_size=shape[0] * shape[1],
+        )
+    )
     ts = np.array(flat).reshape(shape)
     out = step_to_tokens(adv, ts)
     for pos, k in np.ndenumerate(ts):

@@ -47,7 +47,12 @@ class ChatServer:
     """``with ChatServer(model="m") as srv: srv.base_url``. ``reply(messages, body) -> text``
     may be replaced; ``fail_first`` makes the first N completions answer HTTP 500."""
 
-    def __init__(self, model: str = "test-model", template: str = "<action>{action}</action>", fail_first: int = 0):
+    def __init__(
+        self,
+        model: str = "test-model",
+        template: str = "<action>{action}</action>",
+        fail_first: int = 0,
+    ):
         self.model = model
         self.template = template
         self.fail_first = fail_first
@@ -69,12 +74,26 @@ class ChatServer:
                 self.wfile.write(data)
 
             def _error(self, code: int, message: str, kind: str) -> None:
-                self._send(code, {"error": {"message": message, "type": kind, "param": None, "code": None}})
+                self._send(
+                    code, {"error": {"message": message, "type": kind, "param": None, "code": None}}
+                )
 
             def do_GET(self):
                 if self.path.rstrip("/") == "/v1/models":
-                    self._send(200, {"object": "list", "data": [
-                        {"id": server.model, "object": "model", "created": 0, "owned_by": "test"}]})
+                    self._send(
+                        200,
+                        {
+                            "object": "list",
+                            "data": [
+                                {
+                                    "id": server.model,
+                                    "object": "model",
+                                    "created": 0,
+                                    "owned_by": "test",
+                                }
+                            ],
+                        },
+                    )
                 else:
                     self._error(404, f"no route {self.path}", "not_found_error")
 
@@ -91,18 +110,35 @@ class ChatServer:
                 if n <= server.fail_first:
                     return self._error(500, "temporary failure", "server_error")
                 if body.get("model") != server.model:
-                    return self._error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
+                    return self._error(
+                        404, f"The model `{body.get('model')}` does not exist.", "NotFoundError"
+                    )
                 msgs = body.get("messages")
-                if not isinstance(msgs, list) or not all(isinstance(m, dict) and "content" in m for m in msgs):
-                    return self._error(400, "messages must be a list of {role, content}", "invalid_request_error")
+                if not isinstance(msgs, list) or not all(
+                    isinstance(m, dict) and "content" in m for m in msgs
+                ):
+                    return self._error(
+                        400, "messages must be a list of {role, content}", "invalid_request_error"
+                    )
                 text = server.reply(msgs, body)
-                self._send(200, {
-                    "id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()),
-                    "model": server.model,
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                                 "finish_reason": "stop", "logprobs": None}],
-                    "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-                })
+                self._send(
+                    200,
+                    {
+                        "id": f"chatcmpl-{n}",
+                        "object": "chat.completion",
+                        "created": int(time.time()),
+                        "model": server.model,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": text},
+                                "finish_reason": "stop",
+                                "logprobs": None,
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+                    },
+                )
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)

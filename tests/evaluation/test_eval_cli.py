@@ -27,7 +27,9 @@ def test_expert_scores_100_and_outputs_agree(tmp_path):
     data = json.loads((tmp_path / "results.json").read_text())
     assert Report.from_dict(data) == report
     assert data["meta"]["agent"] == "expert" and data["meta"]["split"] == "test"
-    assert [t["task_id"] for t in data["meta"]["tasks"]] == [str(1_000_000_000 + i) for i in range(40)]
+    assert [t["task_id"] for t in data["meta"]["tasks"]] == [
+        str(1_000_000_000 + i) for i in range(40)
+    ]
     assert [e["task_id"] for e in data["episodes"]] == [t["task_id"] for t in data["meta"]["tasks"]]
     assert (tmp_path / "table.md").read_text() == report.table("markdown")
     assert (tmp_path / "success.png").read_bytes()[:4] == b"\x89PNG"
@@ -55,8 +57,15 @@ def test_unknown_agent(tmp_path):
 
 
 def run_cli(out, *overrides):
-    cmd = [sys.executable, "-m", "agentrl.evaluate", f"output_dir={out}", f"hydra.run.dir={out}/hydra",
-           "progress=false", *overrides]
+    cmd = [
+        sys.executable,
+        "-m",
+        "agentrl.evaluate",
+        f"output_dir={out}",
+        f"hydra.run.dir={out}/hydra",
+        "progress=false",
+        *overrides,
+    ]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
@@ -70,10 +79,13 @@ def test_cli_twice_gives_identical_results(tmp_path):
     assert "success %" in a.stdout and "results:" in a.stdout
 
 
-@pytest.mark.parametrize(("overrides", "message"), [
-    (("agent=random", "split=valid"), "Sokoban has splits 'train' and 'test'"),
-    (("agent=random", "env.id=Nope-v0"), "unknown environment 'Nope-v0'"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (("agent=random", "split=valid"), "Sokoban has splits 'train' and 'test'"),
+        (("agent=random", "env.id=Nope-v0"), "unknown environment 'Nope-v0'"),
+    ],
+)
 def test_cli_reports_bad_config(tmp_path, overrides, message):
     res = run_cli(tmp_path, *overrides)
     assert res.returncode == 1

@@ -9,12 +9,17 @@ from agentrl.evaluation.compare import combine, comparison_table, main
 
 
 def rep(agent, env, wins, cats=("a", "b")):
-    recs = [EpisodeRecord(env, str(i), cats[i % len(cats)], i < wins, 1.0 if i < wins else 0.25, 3) for i in range(8)]
+    recs = [
+        EpisodeRecord(env, str(i), cats[i % len(cats)], i < wins, 1.0 if i < wins else 0.25, 3)
+        for i in range(8)
+    ]
     return summarize(recs, meta={"agent": agent, "env": env})
 
 
 def test_combine_merges_envs_per_agent():
-    out = combine([rep("random", "S", 2), rep("random", "W", 1), rep("expert", "S", 8), rep("expert", "W", 8)])
+    out = combine(
+        [rep("random", "S", 2), rep("random", "W", 1), rep("expert", "S", 8), rep("expert", "W", 8)]
+    )
     assert list(out) == ["random", "expert"]
     assert out["random"].envs == ["S", "W"] and out["random"].overall.episodes == 16
     assert out["random"].overall.successes == 3 and out["expert"].overall.success_rate == 1.0
@@ -27,14 +32,22 @@ def test_combine_merges_envs_per_agent():
 def test_table_cells_come_from_the_reports():
     reports = combine([rep("random", "S", 2), rep("expert", "S", 8)])
     lines = comparison_table(reports).splitlines()
-    assert lines[0] == ("| env | category | episodes | random success % (95% CI) | expert success % (95% CI) "
-                        "| random score | expert score |")
+    assert lines[0] == (
+        "| env | category | episodes | random success % (95% CI) | expert success % (95% CI) "
+        "| random score | expert score |"
+    )
     a_rand, a_exp = reports["random"].get("S", "a"), reports["expert"].get("S", "a")
     row = lines[2].split(" | ")
     assert row[0] == "| S" and row[1] == "a" and row[2] == "4"
-    assert row[3] == f"{100 * a_rand.success_rate:.1f} [{100 * a_rand.success_ci_low:.1f}, {100 * a_rand.success_ci_high:.1f}]"
+    assert (
+        row[3]
+        == f"{100 * a_rand.success_rate:.1f} [{100 * a_rand.success_ci_low:.1f}, {100 * a_rand.success_ci_high:.1f}]"
+    )
     assert row[4].startswith("100.0 [")
-    assert row[5] == f"{100 * a_rand.mean_score:.1f}" and row[6].rstrip(" |") == f"{100 * a_exp.mean_score:.1f}"
+    assert (
+        row[5] == f"{100 * a_rand.mean_score:.1f}"
+        and row[6].rstrip(" |") == f"{100 * a_exp.mean_score:.1f}"
+    )
     assert [ln.split(" | ")[1] for ln in lines[2:]] == ["a", "b", "all"]
 
 

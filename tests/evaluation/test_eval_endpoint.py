@@ -33,7 +33,10 @@ def test_solver_behind_endpoint_wins_everything():
     body = srv.requests[0]
     assert body["model"] == "test-model" and body["temperature"] == 0.0 and body["max_tokens"] == 16
     seeds = {req["seed"] for req in srv.requests}
-    assert derive_seed(tasks[0].agent_seed, 0) in seeds and derive_seed(tasks[0].agent_seed, 1) in seeds
+    assert (
+        derive_seed(tasks[0].agent_seed, 0) in seeds
+        and derive_seed(tasks[0].agent_seed, 1) in seeds
+    )
 
 
 def test_prompt_is_the_trainers_and_carries_history():
@@ -54,7 +57,8 @@ def test_prompt_is_the_trainers_and_carries_history():
     obs0, info = env.reset(seed=tasks[0].seed, options={"task_id": tasks[0].task_id})
     obs1, *_ = env.step("left")
     want = PromptBuilder(None, PromptConfig(history=2)).messages(
-        info["instruction"], [Turn(obs0, "<action>left</action>")], obs1, info["admissible_actions"])
+        info["instruction"], [Turn(obs0, "<action>left</action>")], obs1, info["admissible_actions"]
+    )
     assert srv.requests[1]["messages"] == want
 
 
@@ -65,7 +69,9 @@ def test_constrained_replies_list_the_admissible_actions():
         run_episodes(SOK, tasks, a, env_kwargs=SMALL)
         a.close()
     body = srv.requests[0]
-    assert body["structured_outputs"] == {"choice": [f"<action>{x}</action>" for x in ("up", "down", "left", "right")]}
+    assert body["structured_outputs"] == {
+        "choice": [f"<action>{x}</action>" for x in ("up", "down", "left", "right")]
+    }
     assert body["top_k"] == 5
 
 
@@ -109,8 +115,14 @@ def test_unreachable_endpoint_is_a_clear_error():
     a.close()
 
 
-@pytest.mark.parametrize(("kw", "match"), [({"concurrency": 0}, "concurrency"), ({"temperature": -1}, "temperature"),
-                                            ({"max_tokens": 0}, "max_tokens")])
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"concurrency": 0}, "concurrency"),
+        ({"temperature": -1}, "temperature"),
+        ({"max_tokens": 0}, "max_tokens"),
+    ],
+)
 def test_bad_settings(kw, match):
     with pytest.raises(ValueError, match=match):
         agent("http://127.0.0.1:1/v1", **kw)

@@ -15,18 +15,27 @@ from agentrl.evaluation.model_agent import resolve_model_settings
 def test_builtin_model_settings_come_from_its_preset():
     s = resolve_model_settings({"path": "tiny"})
     assert s.model == "tiny" and s.backend == "hf" and s.source == "model/tiny.yaml"
-    assert (s.prompt["instruction"], s.prompt["history"], s.prompt["admissible_actions"]) == (False, 0, False)
+    assert (s.prompt["instruction"], s.prompt["history"], s.prompt["admissible_actions"]) == (
+        False,
+        0,
+        False,
+    )
     assert s.prompt["max_prompt_tokens"] == 512 and s.max_new_tokens == 8 and s.constrained is True
     assert s.action["pattern"] == "<action>(.*?)</action>"
-    o = resolve_model_settings({"path": "tiny", "prompt": {"history": 3}, "temperature": 0.5, "constrained": False})
+    o = resolve_model_settings(
+        {"path": "tiny", "prompt": {"history": 3}, "temperature": 0.5, "constrained": False}
+    )
     assert (o.prompt["history"], o.temperature, o.constrained) == (3, 0.5, False)
 
 
-@pytest.mark.parametrize(("cfg", "match"), [
-    ({"path": None}, "needs agent.path"),
-    ({"path": "/no/such/model"}, "no such folder"),
-    ({"path": "tiny", "backend": "tgi"}, "hf or vllm"),
-])
+@pytest.mark.parametrize(
+    ("cfg", "match"),
+    [
+        ({"path": None}, "needs agent.path"),
+        ({"path": "/no/such/model"}, "no such folder"),
+        ({"path": "tiny", "backend": "tgi"}, "hf or vllm"),
+    ],
+)
 def test_bad_model_settings(cfg, match):
     with pytest.raises(ValueError, match=match):
         resolve_model_settings(cfg)
@@ -37,10 +46,28 @@ def test_checkpoint_evaluates_as_the_trainer_evaluated_it(tmp_path):
 
     run = tmp_path / "run"
     with initialize_config_module("agentrl.configs", version_base=None):
-        tcfg = compose("train", ["trainer=smoke", "env.eval_episodes=8", "rollout.tasks_per_iter=2",
-                                 "rollout.group_size=2", "model.prompt.history=1", f"output_dir={run}"])
-        ecfg = compose("evaluate", ["agent=model", f"agent.path={run / 'checkpoints' / 'final'}", "episodes=8",
-                                    "num_envs=4", "progress=false", f"output_dir={tmp_path / 'eval'}"])
+        tcfg = compose(
+            "train",
+            [
+                "trainer=smoke",
+                "env.eval_episodes=8",
+                "rollout.tasks_per_iter=2",
+                "rollout.group_size=2",
+                "model.prompt.history=1",
+                f"output_dir={run}",
+            ],
+        )
+        ecfg = compose(
+            "evaluate",
+            [
+                "agent=model",
+                f"agent.path={run / 'checkpoints' / 'final'}",
+                "episodes=8",
+                "num_envs=4",
+                "progress=false",
+                f"output_dir={tmp_path / 'eval'}",
+            ],
+        )
     trainer = Trainer(tcfg, run)
     try:
         trainer.run()
@@ -48,12 +75,28 @@ def test_checkpoint_evaluates_as_the_trainer_evaluated_it(tmp_path):
         trainer.close()
     report = evaluate(ecfg)
     resolved = report.meta["agent_config"]["resolved"]
-    assert resolved["source"] == str(run) and resolved["model"] == str(run / "checkpoints" / "final")
-    assert resolved["prompt"]["history"] == 1 and resolved["constrained"] is True and resolved["max_new_tokens"] == 8
+    assert resolved["source"] == str(run) and resolved["model"] == str(
+        run / "checkpoints" / "final"
+    )
+    assert (
+        resolved["prompt"]["history"] == 1
+        and resolved["constrained"] is True
+        and resolved["max_new_tokens"] == 8
+    )
     trained = json.loads((run / "summary.json").read_text())["final_eval"]["episodes"]
 
     def key(e):
-        return e["task_id"], e["category"], e["won"], e["steps"], e["invalid_actions"], e["score"], e["truncated"]
+        return (
+            e["task_id"],
+            e["category"],
+            e["won"],
+            e["steps"],
+            e["invalid_actions"],
+            e["score"],
+            e["truncated"],
+        )
 
     assert [key(e) for e in trained] == [key(r.to_dict()) for r in report.records]
-    assert [r.total_reward for r in report.records] == pytest.approx([e["total_reward"] for e in trained])
+    assert [r.total_reward for r in report.records] == pytest.approx(
+        [e["total_reward"] for e in trained]
+    )

@@ -16,7 +16,11 @@ def write_run(path, wins_per_step, extra_rows=True):
     path.mkdir(parents=True)
     rows = []
     for step, wins in wins_per_step.items():
-        recs = [EpisodeRecord("E", str(i), cat, i < w, 0.0, 1) for cat, w in wins.items() for i in range(10)]
+        recs = [
+            EpisodeRecord("E", str(i), cat, i < w, 0.0, 1)
+            for cat, w in wins.items()
+            for i in range(10)
+        ]
         if extra_rows:
             rows.append({"step": step, "loss": 0.5})
         rows.append({"step": step, **summarize(recs).metrics("eval")})
@@ -35,7 +39,10 @@ def test_series_carry_the_metrics(tmp_path):
     assert s[("E", "x")]["x"] == [0.0, 5.0, 10.0]
     assert s[("E", "x")]["y"] == [0.1, 0.4, 0.8]
     assert s[("E", "all")]["y"] == [0.05, 0.3, 0.65]
-    assert all(lo <= y <= hi for lo, y, hi in zip(s[("E", "y")]["low"], s[("E", "y")]["y"], s[("E", "y")]["high"]))
+    assert all(
+        lo <= y <= hi
+        for lo, y, hi in zip(s[("E", "y")]["low"], s[("E", "y")]["y"], s[("E", "y")]["high"])
+    )
     assert curve_series(rows, metric="mean_steps")[("E", "x")]["low"] == []
 
 
@@ -59,7 +66,9 @@ def test_cli_writes_png(tmp_path, capsys):
     assert main([str(tmp_path / "grpo"), str(tmp_path / "gigpo"), "-o", str(out)]) == 0
     assert out.read_bytes()[:4] == b"\x89PNG"
     assert "metrics.jsonl:5: not valid JSON" in capsys.readouterr().err
-    assert main([str(tmp_path / "grpo"), "--metric", "mean_steps", "--x", "step", "-o", str(out)]) == 0
+    assert (
+        main([str(tmp_path / "grpo"), "--metric", "mean_steps", "--x", "step", "-o", str(out)]) == 0
+    )
 
 
 def test_cli_errors(tmp_path, capsys):

@@ -12,7 +12,9 @@ from agentrl.evaluation.charts import plot_bars
 
 
 def rec(env, cat, won, score, steps, invalid=0, truncated=False, reward=0.0, task="t", error=None):
-    return EpisodeRecord(env, task, cat, won, score, steps, invalid, truncated, reward, seed=1, error=error)
+    return EpisodeRecord(
+        env, task, cat, won, score, steps, invalid, truncated, reward, seed=1, error=error
+    )
 
 
 RECORDS = [
@@ -25,7 +27,13 @@ RECORDS = [
 
 def test_hand_computed_groups():
     r = summarize(RECORDS, meta={"agent": "test"})
-    assert [(g.env, g.category) for g in r.groups] == [("A", "x"), ("A", "y"), ("A", ALL), ("B", "z"), ("B", ALL)]
+    assert [(g.env, g.category) for g in r.groups] == [
+        ("A", "x"),
+        ("A", "y"),
+        ("A", ALL),
+        ("B", "z"),
+        ("B", ALL),
+    ]
     ax = r.get("A", "x")
     assert (ax.episodes, ax.successes, ax.success_rate) == (2, 1, 0.5)
     assert ax.mean_score == pytest.approx(0.75)
@@ -38,7 +46,14 @@ def test_hand_computed_groups():
     assert a.invalid_action_rate == pytest.approx(3 / 16)  # step-weighted, not mean of rates
     assert a.mean_score == pytest.approx(2.5 / 3)
     o = r.overall
-    assert (o.env, o.category, o.episodes, o.successes, o.truncations, o.errors) == (ALL, ALL, 4, 2, 2, 1)
+    assert (o.env, o.category, o.episodes, o.successes, o.truncations, o.errors) == (
+        ALL,
+        ALL,
+        4,
+        2,
+        2,
+        1,
+    )
     assert o.invalid_action_rate == pytest.approx(9 / 22)
     # 2 of 4: centre 0.5, half = z / 1.960365 * sqrt(0.0625 + 0.060023) = 0.349961
     assert (o.success_ci_low, o.success_ci_high) == pytest.approx((0.150039, 0.849961), abs=1e-6)
@@ -125,7 +140,10 @@ def test_table_json_and_chart_agree(tmp_path):
         assert row[:3] == [g["env"], g["category"], str(g["episodes"])]
         assert float(row[3]) == round(100 * g["success_rate"], 1)
         lo, hi = (float(v) for v in row[4].split("–"))
-        assert (lo, hi) == (round(100 * g["success_ci_low"], 1), round(100 * g["success_ci_high"], 1))
+        assert (lo, hi) == (
+            round(100 * g["success_ci_low"], 1),
+            round(100 * g["success_ci_high"], 1),
+        )
         assert float(row[5]) == round(100 * g["mean_score"], 1)
         assert float(row[6]) == round(g["mean_steps"], 1)
         assert float(row[7]) == round(100 * g["invalid_action_rate"], 1)
@@ -146,7 +164,11 @@ def test_table_json_and_chart_agree(tmp_path):
         # error-bar ends: the vertical segments of the bar container's error bars
         segs = bars.errorbar.lines[2][0].get_segments()
         ends = [v for s in segs for v in (s[0][1], s[1][1])]
-        want = [v for c in cats for v in (100 * r.get(env, c).success_ci_low, 100 * r.get(env, c).success_ci_high)]
+        want = [
+            v
+            for c in cats
+            for v in (100 * r.get(env, c).success_ci_low, 100 * r.get(env, c).success_ci_high)
+        ]
         assert ends == pytest.approx(want)
         texts = [t.get_text() for t in ax.texts]
         assert texts == [f"{100 * r.get(env, c).success_rate:.1f}" for c in cats]
@@ -174,8 +196,12 @@ def test_rich_table_and_print(capsys):
 
 records = st.builds(
     lambda env, cat, won, score, steps, inv: rec(env, cat, won, score, steps, min(inv, steps)),
-    st.sampled_from(["A", "B"]), st.sampled_from(["x", "y", "z"]), st.booleans(),
-    st.floats(0, 1), st.integers(0, 50), st.integers(0, 50),
+    st.sampled_from(["A", "B"]),
+    st.sampled_from(["x", "y", "z"]),
+    st.booleans(),
+    st.floats(0, 1),
+    st.integers(0, 50),
+    st.integers(0, 50),
 )
 
 
@@ -196,7 +222,9 @@ def test_groups_partition_the_records(recs):
     assert Report.from_dict(json.loads(r.to_json())) == r
 
 
-@pytest.mark.parametrize("label", ["pick_clean_then_place_in_recep", "look_at_obj_in_light", "6x6-1box", "a_b"])
+@pytest.mark.parametrize(
+    "label", ["pick_clean_then_place_in_recep", "look_at_obj_in_light", "6x6-1box", "a_b"]
+)
 def test_long_tick_labels_wrap_without_losing_text(label):
     from agentrl.evaluation.charts import _wrap
 
@@ -215,4 +243,6 @@ def test_stacked_chart_layout_draws_the_same_bars(tmp_path):
     for ax, env in zip(axes, ["A", "B"]):
         (bars,) = [c for c in ax.containers if isinstance(c, BarContainer)]
         cats = r.categories(env) + [ALL]
-        assert [p.get_height() for p in bars.patches] == pytest.approx([100 * r.get(env, c).success_rate for c in cats])
+        assert [p.get_height() for p in bars.patches] == pytest.approx(
+            [100 * r.get(env, c).success_rate for c in cats]
+        )

@@ -64,7 +64,9 @@ def test_expert_solves_every_task():
     tasks = make_tasks(SOK, SMALL, split="test", episodes=30)
     recs = run_episodes(SOK, tasks, ExpertAgent(), env_kwargs=SMALL, num_envs=7)
     assert [r.task_id for r in recs] == [t.task_id for t in tasks]
-    assert all(r.won and r.score == 1.0 and not r.truncated and r.invalid_actions == 0 for r in recs)
+    assert all(
+        r.won and r.score == 1.0 and not r.truncated and r.invalid_actions == 0 for r in recs
+    )
     # The expert is optimal: its step count is the room's plan length.
     for t, r in zip(tasks, recs):
         env = envs.make(SOK, **SMALL)
@@ -103,8 +105,13 @@ def test_results_do_not_depend_on_scheduling():
     a = run_episodes(SOK, tasks, RandomAgent(), env_kwargs=SMALL, num_envs=3, num_workers=0)
     b = run_episodes(SOK, tasks, RandomAgent(), env_kwargs=SMALL, num_envs=8, num_workers=2)
     assert a == b
-    other_seed = run_episodes(SOK, make_tasks(SOK, SMALL, split="test", episodes=24, seed=2), RandomAgent(),
-                              env_kwargs=SMALL, num_envs=8)
+    other_seed = run_episodes(
+        SOK,
+        make_tasks(SOK, SMALL, split="test", episodes=24, seed=2),
+        RandomAgent(),
+        env_kwargs=SMALL,
+        num_envs=8,
+    )
     assert [r.steps for r in other_seed] != [r.steps for r in a]
 
 
@@ -135,7 +142,9 @@ def test_invalid_and_unparsed_steps_are_counted():
     # "left" then "right" are valid moves for the env, but flagged unparsed by the agent.
     unparsed = Scripted([Action("left", "<garbage>", parsed=False), Action("right", "ok")])
     recs = run_episodes(SOK, tasks, unparsed, env_kwargs=SMALL, max_steps=4)
-    assert [r.invalid_actions for r in recs if r.steps == 4] == [2] * sum(r.steps == 4 for r in recs)
+    assert [r.invalid_actions for r in recs if r.steps == 4] == [2] * sum(
+        r.steps == 4 for r in recs
+    )
     rep = summarize(recs)
     assert rep.overall.invalid_actions == sum(r.invalid_actions for r in recs)
 
@@ -164,7 +173,14 @@ def test_dead_worker_cuts_one_episode_and_the_run_goes_on():
 def test_agent_failure_keeps_finished_episodes():
     tasks = make_tasks(SOK, SMALL, split="test", episodes=6)
     with pytest.raises(EvaluationError, match="endpoint down") as err:
-        run_episodes(SOK, tasks, Scripted(["up", "down"], fail_at_call=6), env_kwargs=SMALL, num_envs=2, max_steps=2)
+        run_episodes(
+            SOK,
+            tasks,
+            Scripted(["up", "down"], fail_at_call=6),
+            env_kwargs=SMALL,
+            num_envs=2,
+            max_steps=2,
+        )
     # 5 calls of 2 steps each on 2 envs: the first 4 episodes (2 rounds of 2) finished.
     assert [r.task_id for r in err.value.records] == [t.task_id for t in tasks[:4]]
 
@@ -172,8 +188,14 @@ def test_agent_failure_keeps_finished_episodes():
 def test_random_agent_open_action_space():
     from agentrl.evaluation.runner import Episode
 
-    ep = Episode(make_tasks(SOK, task_ids=["1"])[0], 0, "obs", {"admissible_actions": None}, np.random.default_rng(0),
-                 first_info={"instruction": "buy a red mug"})
+    ep = Episode(
+        make_tasks(SOK, task_ids=["1"])[0],
+        0,
+        "obs",
+        {"admissible_actions": None},
+        np.random.default_rng(0),
+        first_info={"instruction": "buy a red mug"},
+    )
     with pytest.raises(ValueError, match="open_action"):
         RandomAgent().act([ep], None)
     assert RandomAgent("search[{instruction}]").act([ep], None) == ["search[buy a red mug]"]
@@ -191,7 +213,13 @@ def test_bad_runner_arguments():
 def test_random_agent_fills_templates():
     from agentrl.evaluation.runner import Episode
 
-    ep = Episode(make_tasks(SOK, task_ids=["1"])[0], 0, "obs", {"admissible_actions": ["search[<your query>]"]},
-                 np.random.default_rng(0), first_info={"instruction": "a red mug"})
+    ep = Episode(
+        make_tasks(SOK, task_ids=["1"])[0],
+        0,
+        "obs",
+        {"admissible_actions": ["search[<your query>]"]},
+        np.random.default_rng(0),
+        first_info={"instruction": "a red mug"},
+    )
     assert RandomAgent().act([ep], None) == ["search[a red mug]"]
     assert RandomAgent(fill_templates=False).act([ep], None) == ["search[<your query>]"]

@@ -34,7 +34,12 @@ from agentrl.models import TinySpec, build_tiny  # noqa: E402
 SOK = "Sokoban-v0"
 STARTUP_S = 300
 # The tiny model's training prompt (configs/model/tiny.yaml): the observation alone.
-TINY_PROMPT = {"instruction": False, "history": 0, "admissible_actions": False, "observation_prefix": ""}
+TINY_PROMPT = {
+    "instruction": False,
+    "history": 0,
+    "admissible_actions": False,
+    "observation_prefix": "",
+}
 
 
 def _free_port() -> int:
@@ -48,13 +53,34 @@ def server(tmp_path_factory):
     model = build_tiny(TinySpec())
     port = _free_port()
     log = tmp_path_factory.mktemp("vllm") / "serve.log"
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-           "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-           "--max-model-len", "1024", "--max-num-seqs", "16", "--enforce-eager", "--disable-log-stats",
-           "--generation-config", "vllm"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--served-model-name",
+        "tiny",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "1024",
+        "--max-num-seqs",
+        "16",
+        "--enforce-eager",
+        "--disable-log-stats",
+        "--generation-config",
+        "vllm",
+    ]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
     url = f"http://127.0.0.1:{port}/v1"
     try:
         deadline = time.monotonic() + STARTUP_S
@@ -81,7 +107,9 @@ def server(tmp_path_factory):
 
 
 def _agent(url, **kw):
-    return EndpointAgent.from_config({"base_url": url, "model": "tiny", "prompt": TINY_PROMPT, "max_tokens": 32, **kw})
+    return EndpointAgent.from_config(
+        {"base_url": url, "model": "tiny", "prompt": TINY_PROMPT, "max_tokens": 32, **kw}
+    )
 
 
 def _play(url, tasks, **kw):

@@ -11,7 +11,9 @@ from agentrl.pool import EnvPool, EnvSpec
 # One thread: on a small shared CPU, torch's intra-op threads contend and run several times slower.
 torch.set_num_threads(1)
 
-SOKOBAN = EnvSpec("Sokoban-v0", {"dim_room": 5, "open_room": True, "search_depth": 1, "max_steps": 10})
+SOKOBAN = EnvSpec(
+    "Sokoban-v0", {"dim_room": 5, "open_room": True, "search_depth": 1, "max_steps": 10}
+)
 
 
 @pytest.fixture(scope="session")

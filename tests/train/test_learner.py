@@ -36,20 +36,39 @@ from agentrl.rollout import (
 
 
 def _rollout(model, tok, pool, constrained=True, max_new_tokens=8, seed=0):
-    builder = PromptBuilder(tok, PromptConfig(instruction=False, history=1, admissible_actions=False, observation_prefix=""))
+    builder = PromptBuilder(
+        tok,
+        PromptConfig(instruction=False, history=1, admissible_actions=False, observation_prefix=""),
+    )
     resets = [ResetSpec(g, seed=100 + g) for g in range(2) for _ in range(4)]
     backend = HFBackend(model, tok.pad_token_id)
     sp = SamplingParams(max_new_tokens=max_new_tokens, seed=seed)
-    return run_episodes(pool, backend, builder, ActionFormat(), resets, sp, max_steps=4, constrained=constrained)
+    return run_episodes(
+        pool, backend, builder, ActionFormat(), resets, sp, max_steps=4, constrained=constrained
+    )
 
 
-@given(st.lists(st.tuples(st.integers(1, 6), st.integers(0, 5)), min_size=1, max_size=12), st.data())
+@given(
+    st.lists(st.tuples(st.integers(1, 6), st.integers(0, 5)), min_size=1, max_size=12), st.data()
+)
 @settings(max_examples=60, deadline=None)
 def test_advantages_land_on_exactly_the_response_tokens(shapes, data):
     """Property: token (b, j) carries adv[step_row[b]] iff j < len(response b), else 0."""
     rows = data.draw(st.permutations(list(range(len(shapes)))))
-    adv = np.asarray(data.draw(st.lists(st.floats(-5, 5, allow_nan=False).filter(lambda x: x != 0), min_size=len(shapes), max_size=len(shapes))), np.float32)
-    seqs = [StepSequence(list(range(1, p + 1)), list(range(7, 7 + r)), [0.0] * r, row) for (p, r), row in zip(shapes, rows)]
+    adv = np.asarray(
+        data.draw(
+            st.lists(
+                st.floats(-5, 5, allow_nan=False).filter(lambda x: x != 0),
+                min_size=len(shapes),
+                max_size=len(shapes),
+            )
+        ),
+        np.float32,
+    )
+    seqs = [
+        StepSequence(list(range(1, p + 1)), list(range(7, 7 + r)), [0.0] * r, row)
+        for (p, r), row in zip(shapes, rows)
+    ]
     batch = collate(seqs, pad_token_id=0)
     tok_adv = token_advantages(batch, adv).numpy()
     for b, s in enumerate(seqs):
@@ -88,13 +107,17 @@ def test_a_training_step_lowers_the_loss_on_a_fixed_batch(tiny, sokoban_pool, ag
     eps = _rollout(model, tok, sokoban_pool, constrained=False, max_new_tokens=6)
     _, seqs = to_step_batch(eps)
     adv = np.random.default_rng(0).normal(size=len(seqs)).astype(np.float32)
-    cfg = LearnerConfig(lr=1e-3, epochs=1, minibatch_size=len(seqs), micro_batch_size=7, loss_agg=agg)
+    cfg = LearnerConfig(
+        lr=1e-3, epochs=1, minibatch_size=len(seqs), micro_batch_size=7, loss_agg=agg
+    )
 
     def loss_now():
         batch = collate(seqs, tok.pad_token_id)
         with torch.no_grad():
             out = response_forward(model, batch)
-        pg, _ = ppo_clip_loss(out.logprobs, batch.old_logprobs, token_advantages(batch, adv), batch.response_mask)
+        pg, _ = ppo_clip_loss(
+            out.logprobs, batch.old_logprobs, token_advantages(batch, adv), batch.response_mask
+        )
         return float(aggregate(pg, batch.response_mask, agg))
 
     before = loss_now()
@@ -111,11 +134,24 @@ def test_micro_batches_accumulate_to_the_big_batch_gradient(tiny, sokoban_pool):
     results = []
     for micro in (len(seqs), 3):
         m = copy.deepcopy(model)
-        cfg = LearnerConfig(lr=1.0, epochs=1, minibatch_size=len(seqs), micro_batch_size=micro, max_grad_norm=0.0, entropy_coef=0.01)
+        cfg = LearnerConfig(
+            lr=1.0,
+            epochs=1,
+            minibatch_size=len(seqs),
+            micro_batch_size=micro,
+            max_grad_norm=0.0,
+            entropy_coef=0.01,
+        )
         learner = Learner(m, cfg, tok.pad_token_id)
-        learner.optimizer = torch.optim.SGD(learner.optimizer.param_groups[0]["params"], lr=1.0)  # step = -gradient
+        learner.optimizer = torch.optim.SGD(
+            learner.optimizer.param_groups[0]["params"], lr=1.0
+        )  # step = -gradient
         learner.update(seqs, adv)
-        results.append(torch.cat([(p0 - p.detach()).flatten() for p0, p in zip(model.parameters(), m.parameters())]))
+        results.append(
+            torch.cat(
+                [(p0 - p.detach()).flatten() for p0, p in zip(model.parameters(), m.parameters())]
+            )
+        )
     assert results[0].abs().max() > 1e-4
     assert torch.allclose(results[0], results[1], atol=1e-6)
 
@@ -129,10 +165,20 @@ def test_zero_advantage_skip_is_exact(tiny, sokoban_pool):
     out = []
     for ent in (0.0, 1e-12):  # a non-zero entropy bonus disables the skip
         m = copy.deepcopy(model)
-        learner = Learner(m, LearnerConfig(epochs=1, minibatch_size=8, micro_batch_size=4, entropy_coef=ent), tok.pad_token_id)
-        learner.optimizer = torch.optim.SGD(learner.optimizer.param_groups[0]["params"], lr=1.0)  # step = -gradient
+        learner = Learner(
+            m,
+            LearnerConfig(epochs=1, minibatch_size=8, micro_batch_size=4, entropy_coef=ent),
+            tok.pad_token_id,
+        )
+        learner.optimizer = torch.optim.SGD(
+            learner.optimizer.param_groups[0]["params"], lr=1.0
+        )  # step = -gradient
         learner.update(seqs, adv, seed=0)
-        out.append(torch.cat([(p0 - p.detach()).flatten() for p0, p in zip(model.parameters(), m.parameters())]))
+        out.append(
+            torch.cat(
+                [(p0 - p.detach()).flatten() for p0, p in zip(model.parameters(), m.parameters())]
+            )
+        )
     assert out[0].abs().max() > 1e-4
     assert torch.allclose(out[0], out[1], atol=1e-6)
 
@@ -147,7 +193,16 @@ def test_non_finite_advantage_or_loss_stops_before_the_weights_change(tiny, soko
     adv[3] = np.nan
     with pytest.raises(NonFiniteError, match="non-finite step advantages"):
         learner.update(seqs, adv)
-    bad = [StepSequence(s.prompt_ids, s.response_ids, [float("nan")] * len(s.response_ids), s.step_row, s.allowed) for s in seqs]
+    bad = [
+        StepSequence(
+            s.prompt_ids,
+            s.response_ids,
+            [float("nan")] * len(s.response_ids),
+            s.step_row,
+            s.allowed,
+        )
+        for s in seqs
+    ]
     with pytest.raises(NonFiniteError, match="non-finite"):
         learner.update(bad, np.ones(len(seqs), np.float32))
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
@@ -159,7 +214,9 @@ def test_kl_estimators_by_hand():
     mask = torch.tensor([[True, False]])
     assert torch.allclose(kl_penalty(logp, ref, mask, "k1"), torch.tensor([[0.5, 0.0]]))
     k3 = np.exp(-0.5) - 1 + 0.5
-    assert torch.allclose(kl_penalty(logp, ref, mask, "k3"), torch.tensor([[k3, 0.0]], dtype=torch.float32))
+    assert torch.allclose(
+        kl_penalty(logp, ref, mask, "k3"), torch.tensor([[k3, 0.0]], dtype=torch.float32)
+    )
 
 
 def test_ppo_clip_by_hand():
@@ -190,8 +247,12 @@ def test_lora_reference_is_the_adapter_disabled_model(tiny, sokoban_pool):
     with torch.no_grad():
         base_out = response_forward(base_copy, collate(seqs, tok.pad_token_id))
     for i, s in enumerate(seqs):
-        assert np.allclose(ref_lp[i], base_out.logprobs[i, : len(s.response_ids)].numpy(), atol=1e-5)
-    assert any(not np.allclose(a, b, atol=1e-4) for a, b in zip(ref_lp, pol_lp))  # the adapters moved
+        assert np.allclose(
+            ref_lp[i], base_out.logprobs[i, : len(s.response_ids)].numpy(), atol=1e-5
+        )
+    assert any(
+        not np.allclose(a, b, atol=1e-4) for a, b in zip(ref_lp, pol_lp)
+    )  # the adapters moved
     # merged weights reproduce the adapted policy in a plain model
     plain = copy.deepcopy(base_copy)
     plain.load_state_dict(policy_state_dict(peft_model))
@@ -205,7 +266,12 @@ def test_value_head_learns_returns(tiny, sokoban_pool):
     model, tok = tiny
     eps = _rollout(model, tok, sokoban_pool)
     _, seqs = to_step_batch(eps)
-    learner = Learner(model, LearnerConfig(lr=1e-2, epochs=4, minibatch_size=64, value_coef=1.0), tok.pad_token_id, value_head=True)
+    learner = Learner(
+        model,
+        LearnerConfig(lr=1e-2, epochs=4, minibatch_size=64, value_coef=1.0),
+        tok.pad_token_id,
+        value_head=True,
+    )
     values, _ = learner.prompt_features([s.prompt_ids for s in seqs])
     assert values is not None and np.allclose(values, 0.0)  # zero-initialised head
     returns = np.full(len(seqs), 2.0)

@@ -11,14 +11,22 @@ from agentrl.backends.hf import HFBackend
 from agentrl.backends.trie import allowed_per_position
 from agentrl.learner import StepSequence, collate, response_forward
 
-PROMPTS = ["#####\n#OP_#\n#X__#\n#___#\n#####", "go to the cabinet and take the apple", "ab", "Current observation:\nPFFF\nFHFH\nFFFH\nHFFG"]
+PROMPTS = [
+    "#####\n#OP_#\n#X__#\n#___#\n#####",
+    "go to the cabinet and take the apple",
+    "ab",
+    "Current observation:\nPFFF\nFHFH\nFFFH\nHFFG",
+]
 ACTIONS = ["up", "down", "left", "right"]
 
 
 def _setup(tiny):
     model, tok = tiny
     prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in PROMPTS]
-    acts = [tok(f"<action>{a}</action>", add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for a in ACTIONS]
+    acts = [
+        tok(f"<action>{a}</action>", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        for a in ACTIONS
+    ]
     return model, tok, prompts, acts
 
 
@@ -28,14 +36,18 @@ def test_sampling_logprobs_match_learner(tiny, temperature, mode):
     model, tok, prompts, acts = _setup(tiny)
     allowed = {"free": None, "constrained": [acts] * 4, "mixed": [None, acts, acts, None]}[mode]
     backend = HFBackend(model, tok.pad_token_id, max_batch_size=3)  # chunked: 3 + 1
-    sp = SamplingParams(max_new_tokens=10, temperature=temperature, stop_token_ids=(tok.eos_token_id,), seed=3)
+    sp = SamplingParams(
+        max_new_tokens=10, temperature=temperature, stop_token_ids=(tok.eos_token_id,), seed=3
+    )
     gens = backend.generate(prompts, sp, allowed)
     seqs = []
     for i, (p, g) in enumerate(zip(prompts, gens)):
         assert len(g.token_ids) == len(g.logprobs) > 0
         per_pos = None
         if allowed is not None and allowed[i] is not None:
-            assert tuple(g.token_ids) in {tuple(a) for a in acts}  # constrained output is an allowed sequence
+            assert tuple(g.token_ids) in {
+                tuple(a) for a in acts
+            }  # constrained output is an allowed sequence
             per_pos = allowed_per_position(allowed[i], g.token_ids)
         seqs.append(StepSequence(p, g.token_ids, g.logprobs, i, per_pos))
     batch = collate(seqs, tok.pad_token_id)
@@ -45,7 +57,13 @@ def test_sampling_logprobs_match_learner(tiny, temperature, mode):
     assert float(diff.max()) < 1e-4
     if mode != "free":
         # Forced tokens (a single allowed token) have log-prob exactly 0 under the constraint.
-        forced = [(b, j) for b, s in enumerate(seqs) if s.allowed for j, a in enumerate(s.allowed) if len(a) == 1]
+        forced = [
+            (b, j)
+            for b, s in enumerate(seqs)
+            if s.allowed
+            for j, a in enumerate(s.allowed)
+            if len(a) == 1
+        ]
         assert forced and all(abs(float(out.logprobs[b, j])) < 1e-6 for b, j in forced)
 
 
@@ -73,10 +91,14 @@ def test_top_p_truncates_sampling_only(tiny):
     sp = SamplingParams(max_new_tokens=1, top_p=float(probs[top]) * 0.5, seed=0)
     gens = backend.generate([prompts[2]] * 16, sp)
     assert all(g.token_ids[0] == top for g in gens)
-    assert all(abs(g.logprobs[0] - float(np.log(probs[top]))) < 1e-4 for g in gens)  # untruncated log-prob
+    assert all(
+        abs(g.logprobs[0] - float(np.log(probs[top]))) < 1e-4 for g in gens
+    )  # untruncated log-prob
 
 
 def test_endless_output_stops_at_the_cap(tiny):
     model, tok, prompts, _ = _setup(tiny)
-    gens = HFBackend(model, tok.pad_token_id).generate(prompts, SamplingParams(max_new_tokens=5, stop_token_ids=(-1,), seed=0))
+    gens = HFBackend(model, tok.pad_token_id).generate(
+        prompts, SamplingParams(max_new_tokens=5, stop_token_ids=(-1,), seed=0)
+    )
     assert all(len(g.token_ids) == 5 and g.finish_reason == "length" for g in gens)

@@ -23,7 +23,9 @@ def test_tiny_folder_is_a_standard_hf_model(tiny_path):
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= files
     cfg = json.loads((Path(tiny_path) / "config.json").read_text())
     assert cfg["model_type"] == "qwen2"
-    assert cfg["hidden_size"] // cfg["num_attention_heads"] == 32  # a head size vLLM's CPU attention supports
+    assert (
+        cfg["hidden_size"] // cfg["num_attention_heads"] == 32
+    )  # a head size vLLM's CPU attention supports
 
 
 def test_reloads_give_identical_token_ids(tiny_path):
@@ -44,7 +46,11 @@ def test_grid_cells_and_tags_are_single_tokens(tiny_path):
 
 def test_chat_template_and_special_tokens(tiny_path):
     tok = AutoTokenizer.from_pretrained(tiny_path)
-    text = tok.apply_chat_template([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}], add_generation_prompt=True, tokenize=False)
+    text = tok.apply_chat_template(
+        [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
     assert text == "<|system|>S<|end|><|user|>U<|end|><|assistant|>"
     ids = tok(text, add_special_tokens=False)["input_ids"]
     assert tok.convert_ids_to_tokens(ids)[0] == "<|system|>"
@@ -53,7 +59,14 @@ def test_chat_template_and_special_tokens(tiny_path):
 
 
 def test_build_is_cached_and_deterministic(tmp_path):
-    spec = TinySpec(vocab_size=320, hidden_size=64, num_heads=2, num_kv_heads=2, intermediate_size=64, num_layers=1)
+    spec = TinySpec(
+        vocab_size=320,
+        hidden_size=64,
+        num_heads=2,
+        num_kv_heads=2,
+        intermediate_size=64,
+        num_layers=1,
+    )
     a = build_tiny(spec, root=tmp_path)
     mtime = (a / "model.safetensors").stat().st_mtime
     assert build_tiny(spec, root=tmp_path) == a

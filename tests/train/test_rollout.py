@@ -38,7 +38,12 @@ class CountingBackend:
 
 
 def _builder(tok, **kw):
-    cfg = {"instruction": False, "history": 0, "admissible_actions": False, "observation_prefix": ""}
+    cfg = {
+        "instruction": False,
+        "history": 0,
+        "admissible_actions": False,
+        "observation_prefix": "",
+    }
     cfg.update(kw)
     return PromptBuilder(tok, PromptConfig(**cfg))
 
@@ -47,7 +52,16 @@ def test_groups_start_from_the_same_state_and_only_live_envs_are_prompted(tiny, 
     model, tok = tiny
     backend = CountingBackend(HFBackend(model, tok.pad_token_id))
     resets = [ResetSpec(g, seed=7 + g) for g in range(2) for _ in range(4)]
-    eps = run_episodes(sokoban_pool, backend, _builder(tok), ActionFormat(), resets, SamplingParams(max_new_tokens=8, seed=0), max_steps=10, constrained=True)
+    eps = run_episodes(
+        sokoban_pool,
+        backend,
+        _builder(tok),
+        ActionFormat(),
+        resets,
+        SamplingParams(max_new_tokens=8, seed=0),
+        max_steps=10,
+        constrained=True,
+    )
     for g in range(2):
         group = [e for e in eps if e.group == g]
         assert len({e.steps[0].observation for e in group}) == 1
@@ -65,29 +79,50 @@ def test_empty_endless_and_garbage_output_are_invalid_actions(tiny, sokoban_pool
     stats = RolloutStats()
     resets = [ResetSpec(0, seed=1)] * 8
     # Unconstrained random model: garbage; a 3-token cap makes most responses endless.
-    eps = run_episodes(sokoban_pool, HFBackend(model, tok.pad_token_id), _builder(tok), ActionFormat(), resets,
-                       SamplingParams(max_new_tokens=3, seed=0), max_steps=3, constrained=False, stats=stats)
+    eps = run_episodes(
+        sokoban_pool,
+        HFBackend(model, tok.pad_token_id),
+        _builder(tok),
+        ActionFormat(),
+        resets,
+        SamplingParams(max_new_tokens=3, seed=0),
+        max_steps=3,
+        constrained=False,
+        stats=stats,
+    )
     steps = [s for e in eps for s in e.steps]
     assert len(steps) == 24 and all(not s.valid for s in steps if s.action is None)
     assert any(s.finish_reason == "length" and s.action is None for s in steps)
     batch, _ = to_step_batch(eps)
-    assert all(str(k).startswith("<invalid:") for k, v in zip(batch.action_key, batch.valid) if not v)
+    assert all(
+        str(k).startswith("<invalid:") for k, v in zip(batch.action_key, batch.valid) if not v
+    )
     assert all(e.truncated for e in eps)
 
 
 def test_action_parsing_cases():
     fmt = ActionFormat()
     assert fmt.parse("<action> up </action>").action == "up"
-    assert fmt.parse("<action>up</action> then <action>left</action>").action == "left"  # the last one
+    assert (
+        fmt.parse("<action>up</action> then <action>left</action>").action == "left"
+    )  # the last one
     assert fmt.parse("").action is None and fmt.parse("").reason == "empty response"
     assert fmt.parse("up").action is None
     assert fmt.parse("<action></action>").action is None
     assert fmt.parse("<action>" + "x" * 600 + "</action>").reason == "action too long"
-    assert fmt.parse("<action>up", finish_reason="length").reason == "no action tag before the token limit"
+    assert (
+        fmt.parse("<action>up", finish_reason="length").reason
+        == "no action tag before the token limit"
+    )
     think = ActionFormat(think=True, require_think=True)
     assert think.parse("<think>push it</think><action>down</action>").action == "down"
     assert think.parse("<action>down</action>").action is None
-    assert ActionFormat(think=True).parse("<think><action>up</action></think><action>left</action>").action == "left"
+    assert (
+        ActionFormat(think=True)
+        .parse("<think><action>up</action></think><action>left</action>")
+        .action
+        == "left"
+    )
     assert ActionFormat(pattern=None).parse("  go north \n").action == "go north"
 
 
@@ -101,15 +136,26 @@ def test_parsing_never_raises(text):
 
 def test_prompt_limit_drops_oldest_history_first_and_keeps_instruction_and_observation(tiny):
     _, tok = tiny
-    b = _builder(tok, instruction=True, history=-1, admissible_actions=True, observation_prefix="Now:\n", max_prompt_tokens=10_000)
-    hist = [Turn(f"observation number {i} " + "word " * 10, f"<action>a{i}</action>") for i in range(8)]
+    b = _builder(
+        tok,
+        instruction=True,
+        history=-1,
+        admissible_actions=True,
+        observation_prefix="Now:\n",
+        max_prompt_tokens=10_000,
+    )
+    hist = [
+        Turn(f"observation number {i} " + "word " * 10, f"<action>a{i}</action>") for i in range(8)
+    ]
     full = b.build("Solve the task.", hist, "CURRENT", ["up", "down"])
     b.cfg = PromptConfig(**{**b.cfg.__dict__, "max_prompt_tokens": len(full) - 1})
     cut = b.build("Solve the task.", hist, "CURRENT", ["up", "down"])
     assert len(cut) < len(full)
     text = tok.decode(cut)
     assert "Solve the task." in text and "CURRENT" in text and "up, down" in text
-    assert "observation number 7" in text and "observation number 0" not in text  # oldest dropped first
+    assert (
+        "observation number 7" in text and "observation number 0" not in text
+    )  # oldest dropped first
     # kept turns are a suffix of the history
     kept = [i for i in range(8) if f"observation number {i} " in text]
     assert kept == list(range(kept[0], 8))
@@ -134,10 +180,21 @@ def test_history_window_and_chat_template(tiny):
 def test_step_batch_columns(tiny, sokoban_pool):
     model, tok = tiny
     resets = [ResetSpec(g, seed=3 + g) for g in range(2) for _ in range(4)]
-    eps = run_episodes(sokoban_pool, HFBackend(model, tok.pad_token_id), _builder(tok), ActionFormat(), resets, SamplingParams(max_new_tokens=8, seed=1), max_steps=10, constrained=True)
+    eps = run_episodes(
+        sokoban_pool,
+        HFBackend(model, tok.pad_token_id),
+        _builder(tok),
+        ActionFormat(),
+        resets,
+        SamplingParams(max_new_tokens=8, seed=1),
+        max_steps=10,
+        constrained=True,
+    )
     batch, seqs = to_step_batch(eps)
     assert np.array_equal(batch.reward, [s.reward for e in eps for s in e.steps])
     assert batch.done.sum() == len(eps)
-    assert set(batch.success) <= {True, False} and batch.success.sum() == sum(len(e.steps) for e in eps if e.won)
+    assert set(batch.success) <= {True, False} and batch.success.sum() == sum(
+        len(e.steps) for e in eps if e.won
+    )
     assert list(batch.extras["observation"]) == [s.observation for e in eps for s in e.steps]
     assert all(s.allowed is not None for s in seqs)

@@ -24,7 +24,10 @@ def test_smollm2_converts_once_and_reloads_consistently():
     tok = AutoTokenizer.from_pretrained(path)
     raw = Tokenizer.from_file(f"{path}/tokenizer.json")
     text = "Current observation:\n#####\n#OP_#\nAdmissible actions: up, down"
-    assert tok(text, add_special_tokens=False)["input_ids"] == raw.encode(text, add_special_tokens=False).ids
+    assert (
+        tok(text, add_special_tokens=False)["input_ids"]
+        == raw.encode(text, add_special_tokens=False).ids
+    )
     ids = PromptBuilder(tok, PromptConfig()).build("Push the box.", [], "#####", ["up", "down"])
     assert tok.decode(ids).rstrip().endswith("assistant")  # ChatML generation prompt
     model = AutoModelForCausalLM.from_pretrained(path)
@@ -36,7 +39,11 @@ def test_smollm2_converts_once_and_reloads_consistently():
         out = peft(torch.tensor([ids])).logits[0, -1]
     assert torch.isfinite(out).all()
     # The instruct model answers a chat question sensibly (greedy): weights converted correctly.
-    q = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True, tokenize=False)
+    q = tok.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
     qids = tok(q, add_special_tokens=False, return_tensors="pt")["input_ids"]
     with torch.no_grad():
         gen = model.generate(qids, max_new_tokens=8, do_sample=False)

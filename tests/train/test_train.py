@@ -47,7 +47,13 @@ def test_smoke_per_env(tmp_path, env):
     rows = _rows(tmp_path)
     assert [r["phase"] for r in rows] == ["eval_initial", "train", "train", "eval_final", "summary"]
     train = rows[1]
-    for key in ("time/rollout_s", "time/credit_s", "time/update_s", "train/success_rate", "loss/grad_norm"):
+    for key in (
+        "time/rollout_s",
+        "time/credit_s",
+        "time/update_s",
+        "train/success_rate",
+        "loss/grad_norm",
+    ):
         assert key in train
 
 
@@ -62,17 +68,37 @@ def test_smoke_per_credit_module(tmp_path, name):
 def test_outputs_of_a_run(tmp_path):
     _run(tmp_path, "trainer.tensorboard=true", "trainer.plot=true", "trainer.eval_every=1")
     names = {p.name for p in tmp_path.iterdir()}
-    assert {"metrics.jsonl", "summary.json", "summary.md", "training_curve.png", "config.yaml", "checkpoints", "tb"} <= names
+    assert {
+        "metrics.jsonl",
+        "summary.json",
+        "summary.md",
+        "training_curve.png",
+        "config.yaml",
+        "checkpoints",
+        "tb",
+    } <= names
     assert any((tmp_path / "tb").iterdir())
     assert (tmp_path / "checkpoints" / "final" / "model.safetensors").exists()
     summary = json.loads((tmp_path / "summary.json").read_text())["summary"]
-    for key in ("initial_success_rate", "initial_ci_low", "final_success_rate", "final_ci_high", "improvement_points", "learned"):
+    for key in (
+        "initial_success_rate",
+        "initial_ci_low",
+        "final_success_rate",
+        "final_ci_high",
+        "improvement_points",
+        "learned",
+    ):
         assert key in summary
     assert "initial policy" in (tmp_path / "summary.md").read_text()
 
 
 def test_resume_reproduces_the_uninterrupted_run(tmp_path):
-    base = ["trainer.iterations=4", "trainer.checkpoint_every=2", "trainer.keep_checkpoints=5", "trainer.eval_initial=false"]
+    base = [
+        "trainer.iterations=4",
+        "trainer.checkpoint_every=2",
+        "trainer.keep_checkpoints=5",
+        "trainer.eval_initial=false",
+    ]
     _run(tmp_path / "full", *base)
     # The interrupted run: stop after 2 iterations (its checkpoint at 2), then resume to 4.
     _run(tmp_path / "part", *base[1:], "trainer.iterations=2")
@@ -110,7 +136,13 @@ def test_malformed_config_fails_naming_the_key(override, key):
 
 def test_cli_rejects_a_bad_value_before_any_work(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "agentrl.train", "trainer.lr=-0.5", f"output_dir={out}"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentrl.train", "trainer.lr=-0.5", f"output_dir={out}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2
     assert "trainer.lr must be > 0" in proc.stderr
     assert not out.exists()
@@ -131,7 +163,16 @@ def test_non_finite_advantages_stop_with_a_message_and_keep_the_checkpoint(tmp_p
         return real(adv, token_step)
 
     monkeypatch.setattr(learner_mod, "step_to_tokens", poisoned)
-    trainer = Trainer(make_cfg(*SMOKE, "trainer.eval_initial=false", "trainer.epochs=1", "trainer.minibatch_size=256", "trainer.micro_batch_size=256"), tmp_path)
+    trainer = Trainer(
+        make_cfg(
+            *SMOKE,
+            "trainer.eval_initial=false",
+            "trainer.epochs=1",
+            "trainer.minibatch_size=256",
+            "trainer.micro_batch_size=256",
+        ),
+        tmp_path,
+    )
     try:
         with pytest.raises(TrainingStopped, match="non-finite"):
             trainer.run()
