@@ -174,6 +174,25 @@ def _join(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
+def goal_record(
+    product: dict[str, Any], index: int, text: str, attrs: list[str], options, ceiling: float
+) -> dict[str, Any]:
+    """One goal in the catalogue's format: the target product, its instruction and constraints."""
+    return {
+        "asin": product["asin"],
+        "product_index": index,
+        "category": product["category"],
+        "query": product["query"],
+        "name": product["Title"],
+        "product_category": product["product_category"],
+        "instruction_text": text,
+        "attributes": attrs,
+        "price_upper": ceiling,
+        "goal_options": options,
+        "weight": 1.0,
+    }
+
+
 def generate_goal(
     seed: int, j: int, num_products: int, product_of=generate_product
 ) -> dict[str, Any]:
@@ -194,16 +213,4 @@ def generate_goal(
         text += " with " + ", and ".join(f"{k}: {v}" for k, v in goal_options.items())
     if ceiling < NO_CEILING:
         text += f", and price lower than {ceiling:.2f} dollars"
-    return {
-        "asin": product["asin"],
-        "product_index": index,
-        "category": product["category"],
-        "query": product["query"],
-        "name": product["Title"],
-        "product_category": product["product_category"],
-        "instruction_text": text,
-        "attributes": attrs,
-        "price_upper": ceiling,
-        "goal_options": goal_options,
-        "weight": 1.0,
-    }
+    return goal_record(product, index, text, attrs, goal_options, ceiling)

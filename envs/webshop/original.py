@@ -31,7 +31,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from .generate import NO_CEILING, price_ceiling
+from .generate import NO_CEILING, goal_record, price_ceiling
 
 __all__ = ["CatalogueError", "load_original"]
 
@@ -133,24 +133,6 @@ def _price_text(ceiling: float) -> str:
     return f", and price lower than {ceiling:.2f} dollars" if ceiling < NO_CEILING else ""
 
 
-def _goal(
-    product: dict[str, Any], index: int, text: str, attrs: list[str], options, ceiling: float
-) -> dict[str, Any]:
-    return {
-        "asin": product["asin"],
-        "product_index": index,
-        "category": product["category"],
-        "query": product["query"],
-        "name": product["Title"],
-        "product_category": product["product_category"],
-        "instruction_text": text,
-        "attributes": attrs,
-        "price_upper": ceiling,
-        "goal_options": options,
-        "weight": 1.0,
-    }
-
-
 def load_original(
     product_file: str | Path,
     attribute_file: str | Path | None = None,
@@ -209,7 +191,9 @@ def load_original(
                 ceiling = price_ceiling(rng, p["price"])
                 text = ins["instruction"].strip(".") + _price_text(ceiling)
                 goals.append(
-                    _goal(p, index, text, [str(a) for a in attrs], [str(o) for o in opts], ceiling)
+                    goal_record(
+                        p, index, text, [str(a) for a in attrs], [str(o) for o in opts], ceiling
+                    )
                 )
         else:
             info = attributes.get(asin)
@@ -226,7 +210,7 @@ def load_original(
                 opts = dict(zip(names, combo))
                 opt_text = ", and ".join(f"{k}: {v}" for k, v in opts.items())
                 text = f"{info['instruction']}{' with ' + opt_text if opt_text else ''}{_price_text(ceiling)}"
-                goals.append(_goal(p, index, text, [str(a) for a in attrs], opts, ceiling))
+                goals.append(goal_record(p, index, text, [str(a) for a in attrs], opts, ceiling))
     if not products:
         raise CatalogueError(f"{product_file}: no usable product records")
     if not goals:
