@@ -27,6 +27,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
+import dataclasses  # noqa: E402
 import importlib.util  # noqa: E402
 import io  # noqa: E402
 import platform  # noqa: E402
@@ -79,23 +80,7 @@ def time_module(name: str, n_groups: int, repeats: int, dim: int) -> tuple[float
 
 def time_batch_build(n_groups: int, repeats: int) -> float:
     b = make(n_groups, seed=0)
-    cols = {
-        k: getattr(b, k)
-        for k in (
-            "group",
-            "traj",
-            "t",
-            "reward",
-            "done",
-            "state_key",
-            "action_key",
-            "valid",
-            "milestone",
-            "value",
-            "success",
-            "extras",
-        )
-    }
+    cols = {f.name: getattr(b, f.name) for f in dataclasses.fields(b)}
     best = np.inf
     for _ in range(repeats):
         c0 = time.process_time()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -11,26 +13,8 @@ EPS = 1e-6
 
 
 def rebuild(b: StepBatch, **over) -> StepBatch:
-    cols = {
-        k: getattr(b, k)
-        for k in (
-            "group",
-            "traj",
-            "t",
-            "reward",
-            "done",
-            "state_key",
-            "action_key",
-            "valid",
-            "milestone",
-            "value",
-            "embedding",
-            "success",
-            "extras",
-        )
-    }
-    cols.update(over)
-    return StepBatch(**cols)
+    """``b`` with some columns replaced, validated again."""
+    return dataclasses.replace(b, **over)
 
 
 # -- milestone (BEACON) ------------------------------------------------------------------------
