@@ -37,7 +37,7 @@ class EnvSpec:
     kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __call__(self) -> gym.Env:
-        import envs
+        from agentrl import envs
 
         return envs.make(self.name, **self.kwargs)
 

@@ -243,7 +243,7 @@ def check_config(cfg: DictConfig) -> None:
 
 
 def _check_credit(cfg: DictConfig) -> list[str]:
-    import credit
+    from agentrl import credit
 
     name = cfg.credit.name
     if name not in credit.available():

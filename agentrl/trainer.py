@@ -175,7 +175,7 @@ class Trainer:
         self.credit_options = self._credit_options()
 
     def _credit_options(self) -> dict[str, Any]:
-        import credit
+        from agentrl import credit
 
         opts = OmegaConf.to_container(self.cfg.credit.options, resolve=True) or {}
         if (
@@ -372,7 +372,7 @@ class Trainer:
     def run(self) -> dict[str, Any]:
         import torch
 
-        import credit
+        from agentrl import credit
 
         from .learner import NonFiniteError
         from .rollout import RolloutStats, to_step_batch

@@ -1,6 +1,6 @@
 """agentrl credit assignment: step batch in, one advantage per step out (numpy only).
 
-    from credit import StepBatch, compute
+    from agentrl.credit import StepBatch, compute
     result = compute(batch, "gigpo", gamma=0.95)
     result.advantages   # float32, one per batch row
     result.diagnostics  # group sizes, singleton and zero-advantage fractions, all-fail variance

@@ -11,7 +11,7 @@ Every module returns its parts in ``CreditResult.components`` (``"episode"``, ``
 term contributes only its step part by default (``component="step"``), never a second copy of an
 episode term. Specs are plain nested dicts/lists (or a bare module name), so a Hydra config group
 can hold them; keys other than ``name``, ``weight`` and ``component`` are the module's options and
-are checked against its signature like any :func:`credit.compute` call. ``base=None`` means no
+are checked against its signature like any :func:`agentrl.credit.compute` call. ``base=None`` means no
 base (the terms alone).
 """
 

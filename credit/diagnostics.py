@@ -9,7 +9,7 @@
   over the groups of size >= 2 that lie in all-fail task groups. Under z-scoring, this variance is
   what gets amplified to unit scale when nothing succeeds (the "dark room" failure), so it is the
   number to watch when a dense signal is switched on.
-- ``zero_advantage_fraction`` (added by :func:`credit.compute`): fraction of rows with advantage 0.
+- ``zero_advantage_fraction`` (added by :func:`agentrl.credit.compute`): fraction of rows with advantage 0.
 """
 
 from __future__ import annotations

@@ -14,10 +14,10 @@ item with weight 1; without it there is no episode term and a step alone at ever
 
 Defaults (the reference recipe): K = ``history_length`` = 2, alpha = 1, mode ``mean_std``,
 gamma = 0.95, base_group off, invalid_penalty 0.1 (subtracted from G after discounting and from
-the episode score, exactly as for :mod:`credit.gigpo`).
+the episode score, exactly as for :mod:`agentrl.credit.gigpo`).
 
 Differences from the reference: float64 arithmetic, and groups of equal values give exactly 0 (see
-:mod:`credit.gigpo`); a deviation from the group mean within 1e-12 of the group's scale counts as
+:mod:`agentrl.credit.gigpo`); a deviation from the group mean within 1e-12 of the group's scale counts as
 exactly 0 (the reference tests float32 ``!= 0``, so whether an item is dropped there can hinge on
 rounding); the history of a step is read from the explicit ``t`` ids rather than from the rows'
 order in the batch.

@@ -25,7 +25,7 @@ class CreditResult:
     """Per-step advantages (float32, aligned with the batch rows) and diagnostics.
 
     ``components`` holds named parts of the advantage before they are summed (for example
-    ``"episode"`` and ``"step"`` for GiGPO), so :func:`credit.compose` can stack one module's step
+    ``"episode"`` and ``"step"`` for GiGPO), so :func:`agentrl.credit.compose` can stack one module's step
     term on another module's base without code.
     """
 

@@ -6,7 +6,7 @@ A_i = R_i - mean_{j != i} R_j = n/(n-1) (R_i - mean_group R), broadcast to every
 ``stats="per_step_rows"``: over step rows, as verl-agent applies verl's RLOO to its step rows
 (n is then the number of step rows of the group).
 A group of one member has no other sample: it gets R_i (``singleton="raw"``, verl's convention)
-or 0 (``"zero"``). ``invalid_penalty`` as in :mod:`credit.grpo` (default 0).
+or 0 (``"zero"``). ``invalid_penalty`` as in :mod:`agentrl.credit.grpo` (default 0).
 """
 
 from __future__ import annotations

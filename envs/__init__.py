@@ -1,4 +1,4 @@
-"""agentrl environments: Gymnasium text envs with one info contract (see ``envs.base``).
+"""agentrl environments: Gymnasium text envs with one info contract (see ``agentrl.envs.base``).
 
 Importing this package registers the built-in envs under the ``agentrl/`` namespace.
 """

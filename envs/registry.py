@@ -20,11 +20,11 @@ ENTRY_POINT_GROUP = "agentrl.envs"
 
 #: Built-in env ids and their entry points. Other issues add ALFWorld, WebShop, TextWorld here.
 BUILTIN: dict[str, str] = {
-    "Sokoban-v0": "envs.sokoban:SokobanEnv",
-    "FrozenLake-v0": "envs.adapter:make_frozen_lake",
-    "WebShop-v0": "envs.webshop:WebShopEnv",
-    "ALFWorld-v0": "envs.alfworld.env:ALFWorldEnv",
-    "TextWorld-v0": "envs.textworld.env:TextWorldEnv",
+    "Sokoban-v0": "agentrl.envs.sokoban:SokobanEnv",
+    "FrozenLake-v0": "agentrl.envs.adapter:make_frozen_lake",
+    "WebShop-v0": "agentrl.envs.webshop:WebShopEnv",
+    "ALFWorld-v0": "agentrl.envs.alfworld.env:ALFWorldEnv",
+    "TextWorld-v0": "agentrl.envs.textworld.env:TextWorldEnv",
 }
 
 _plugins_loaded = False

@@ -33,12 +33,12 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+from agentrl.envs.alfworld import ALFWorldEnv, default_cache_dir
+from agentrl.envs.alfworld.engine import import_engine
+from agentrl.envs.alfworld.generate import generate_games
+from agentrl.envs.alfworld.tasks import SHORT_NAMES, TASK_TYPES
 
 from agentrl.pool import EnvPool, EnvSpec
-from envs.alfworld import ALFWorldEnv, default_cache_dir
-from envs.alfworld.engine import import_engine
-from envs.alfworld.generate import generate_games
-from envs.alfworld.tasks import SHORT_NAMES, TASK_TYPES
 
 
 def bench_data(per_type: int, seed: int) -> Path:

@@ -40,8 +40,9 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import credit  # noqa: E402
-from credit.synthetic import random_batch  # noqa: E402
+from agentrl.credit.synthetic import random_batch  # noqa: E402
+
+from agentrl import credit  # noqa: E402
 
 # Groups of 8 rollouts of up to 50 steps; 128 groups is the issue's ~40k-step batch.
 SIZES = {"10k": 32, "40k": 128, "160k": 512}

@@ -25,9 +25,9 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+from agentrl.envs.sokoban import generate_room
 
 from agentrl.pool import EnvPool, EnvSpec
-from envs.sokoban import generate_room
 
 #: Env ids and kwargs measured by the pool benchmark (other envs add their entries).
 POOL_ENVS: dict[str, dict] = {

@@ -34,8 +34,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from agentrl.envs.webshop import WebShopEnv, generated_catalogue  # noqa: E402
+
 from agentrl.pool import EnvPool, EnvSpec  # noqa: E402
-from envs.webshop import WebShopEnv, generated_catalogue  # noqa: E402
 
 MB = 1024 * 1024
 

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import credit  # noqa: E402
+from agentrl import credit  # noqa: E402
 from agentrl.fidelity import report  # noqa: E402
 from agentrl.fidelity.experiment import (  # noqa: E402
     POLICIES,

@@ -15,7 +15,7 @@ import inspect
 import sys
 from pathlib import Path
 
-import credit
+from agentrl import credit
 
 ROOT = Path(__file__).resolve().parents[1]
 EMBEDDING_LAYER = -8  # BiPACE reads layer -8 (last prompt token)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from envs.sokoban import SokobanEnv
+from agentrl.envs.sokoban import SokobanEnv
 
 
 class FragileSokoban(SokobanEnv):

@@ -73,7 +73,7 @@ def make_tasks(
             ids = ids[:episodes]
         reset_seeds = [None] * len(ids)
     elif split is not None:
-        import envs
+        from agentrl import envs
 
         probe = envs.make(env, **kwargs)
         try:

@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-import credit
-from credit import StepBatchError
+from agentrl import credit
+from agentrl.credit import StepBatchError
 
 from .mdp import PolicyValues, TabularMDP, evaluate_policy
 from .sampler import Rollouts, to_step_batch

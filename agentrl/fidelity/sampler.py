@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from credit import StepBatch
+from agentrl.credit import StepBatch
 
 from .mdp import TabularMDP
 

@@ -1,7 +1,7 @@
 """Sokoban rooms as exact tabular MDPs (every state reachable from the start, enumerated).
 
-The tables follow :class:`envs.sokoban.SokobanEnv` exactly: the same rooms (drawn by
-``reset(seed=task)``), the same moves (:func:`envs.sokoban.room.move`), rewards (-0.1 per step,
+The tables follow :class:`agentrl.envs.sokoban.SokobanEnv` exactly: the same rooms (drawn by
+``reset(seed=task)``), the same moves (:func:`agentrl.envs.sokoban.room.move`), rewards (-0.1 per step,
 +1 box onto a target, -1 box off a target, +10 solved, or the env's own settings), episode end on
 solving and truncation at ``max_steps``. A milestone is a box newly pushed onto a target (the
 env's ``milestones`` list growing). ``tests/fidelity`` checks the tables against the env step by
@@ -14,8 +14,8 @@ from collections import deque
 
 import numpy as np
 
-from envs.sokoban import ACTIONS, SokobanEnv
-from envs.sokoban.room import Layout, State, move
+from agentrl.envs.sokoban import ACTIONS, SokobanEnv
+from agentrl.envs.sokoban.room import Layout, State, move
 
 from .mdp import TabularMDP
 

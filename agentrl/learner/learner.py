@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from credit import step_to_tokens
+from agentrl.credit import step_to_tokens
 
 from .forward import response_forward
 from .losses import aggregate, kl_penalty, normaliser, ppo_clip_loss, value_loss

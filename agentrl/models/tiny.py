@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from envs.cache import cache_root
+from agentrl.envs.cache import cache_root
 
 __all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "TinySpec", "build_tiny", "cache_dir", "tiny_corpus"]
 
@@ -63,8 +63,8 @@ def tiny_corpus() -> list[str]:
     Only words: no Sokoban grids or FrozenLake maps, so BPE learns no merge of grid symbols and
     every grid cell (``#``, ``_``, ``P``, ``X``, ``O``, ``S``, ``√``) stays one token.
     """
-    from envs.adapter import make_frozen_lake
-    from envs.sokoban.env import INSTRUCTION as SOKOBAN_INSTRUCTION
+    from agentrl.envs.adapter import make_frozen_lake
+    from agentrl.envs.sokoban.env import INSTRUCTION as SOKOBAN_INSTRUCTION
 
     lake = make_frozen_lake()
     _obs, info = lake.reset(seed=0)

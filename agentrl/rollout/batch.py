@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from credit import StepBatch
+from agentrl.credit import StepBatch
 
 from ..learner.sequences import StepSequence
 from .loop import EpisodeResult

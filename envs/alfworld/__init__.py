@@ -1,6 +1,6 @@
 """ALFWorld on the real ``alfworld`` engine: the env, an offline game generator, data loading.
 
-``import envs.alfworld`` does not import the engine; it is loaded when an env is created (the
+``import agentrl.envs.alfworld`` does not import the engine; it is loaded when an env is created (the
 ``alfworld`` extra: ``pip install 'agentrl[alfworld]'``).
 """
 

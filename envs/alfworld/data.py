@@ -1,6 +1,6 @@
 """Where ALFWorld games come from: the official data layout, or generated games in a cache.
 
-Official layout (``alfworld-download``, or ``python -m envs.alfworld.generate``)::
+Official layout (``alfworld-download``, or ``python -m agentrl.envs.alfworld.generate``)::
 
     DATA/json_2.1.1/{train,valid_seen,valid_unseen}/<task_type>-<Obj>-<Mrecep>-<Recep>-<scene>/
         <trial>/traj_data.json + game.tw-pddl
@@ -47,14 +47,14 @@ __all__ = [
 DATA_HINT = (
     "Get the official games with `alfworld-download` (needs internet; they land in $ALFWORLD_DATA, "
     "default ~/.cache/alfworld) and pass data_dir=$ALFWORLD_DATA, or generate games offline with "
-    "`python -m envs.alfworld.generate --out DIR --per-type N` and pass data_dir=DIR, or leave "
+    "`python -m agentrl.envs.alfworld.generate --out DIR --per-type N` and pass data_dir=DIR, or leave "
     "data_dir unset to use generated games from the cache."
 )
 _SOLVABLE = re.compile(r'"solvable"\s*:\s*(true|false|null)')
 
 
 def default_cache_dir() -> Path:
-    """``alfworld`` under the agentrl cache (``envs.cache.cache_root``)."""
+    """``alfworld`` under the agentrl cache (``agentrl.envs.cache.cache_root``)."""
     return cache_root("alfworld")
 
 

@@ -28,7 +28,7 @@ class ALFWorldEnv(TextEnv):
     """ALFWorld (Shridhar et al., 2021) text games, played on the ``alfworld`` package's engine.
 
     - Data: ``data_dir`` in the official layout (``$ALFWORLD_DATA``, or a directory written by
-      ``python -m envs.alfworld.generate``); unset, generated games from the cache
+      ``python -m agentrl.envs.alfworld.generate``); unset, generated games from the cache
       (``cache_dir``, default ``~/.cache/agentrl/alfworld``), made on first use: ``generated``
       gives games per task type and split (``{"train": 100, "valid_seen": 20,
       "valid_unseen": 20}``) and ``generator_seed`` the seed.

@@ -6,7 +6,7 @@ receptacle inventories of the AI2-THOR scenes, which object types each receptacl
 object affordances, and the PDDL goal and text templates of the six task types. This module
 turns those into games::
 
-    python -m envs.alfworld.generate --out DIR --per-type N --seed S
+    python -m agentrl.envs.alfworld.generate --out DIR --per-type N --seed S
 
 writes ``DIR/json_2.1.1/{train,valid_seen,valid_unseen}/<task_type>-<Object>-None-<Target>-<scene>/
 trial_agentrl_s<S>_<k>/{traj_data.json, initial_state.pddl, game.tw-pddl}`` for every task type,
@@ -553,7 +553,7 @@ def _progress(total: int, enabled: bool):
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m envs.alfworld.generate",
+        prog="python -m agentrl.envs.alfworld.generate",
         description="Generate ALFWorld games offline, in the official json_2.1.1 layout.",
     )
     parser.add_argument(

@@ -16,7 +16,7 @@ counts as a match follows the reference implementation (``web_agent_site/engine/
 Difference from the reference, by necessity: the reference measures title overlap on the nouns
 that spacy's ``en_core_web_sm`` tags (a model we cannot download). Here the overlap is computed on
 *content words* (lower-case alphabetic words minus stop words, units and common modifiers; final
-plural ``s`` folded; see :func:`envs.webshop.text.content_words`). Thresholds are the
+plural ``s`` folded; see :func:`agentrl.envs.webshop.text.content_words`). Thresholds are the
 reference's. The fuzzy ratio is RapidFuzz's ``token_set_ratio`` with the same default
 pre-processing as ``thefuzz`` (which wraps RapidFuzz), so that term matches exactly.
 """

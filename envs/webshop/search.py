@@ -2,7 +2,7 @@
 
 Scoring follows the reference's pyserini/Lucene setup: Lucene's BM25 variant with pyserini's
 default parameters (k1 = 0.9, b = 0.4), documents analysed like Lucene's English analyzer (see
-:func:`envs.webshop.text.search_tokens`), the top 50 hits returned (``SEARCH_RETURN_N``), and only
+:func:`agentrl.envs.webshop.text.search_tokens`), the top 50 hits returned (``SEARCH_RETURN_N``), and only
 documents that share at least one term with the query (Lucene returns no zero-score hits).
 
 The index is saved once and opened with ``mmap``: its arrays (and our sorted vocabulary, looked

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from credit import StepBatch, StepBatchError, factorize
+from agentrl.credit import StepBatch, StepBatchError, factorize
 
 
 def cols(**over):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from agentrl.credit import StepBatch, compute
+from agentrl.credit.synthetic import random_batch
 
-import credit
-from credit import StepBatch, compute
-from credit.synthetic import random_batch
+from agentrl import credit
 
 ALL = [
     "bipace",

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from credit import StepBatch, compute
+from agentrl.credit import StepBatch, compute
 
 EPS = 1e-6
 

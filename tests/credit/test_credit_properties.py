@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+from agentrl.credit import StepBatch, compute
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from credit import StepBatch, compute
 
 EPS = 1e-6
 

@@ -6,8 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-
-from credit import StepBatch, StepBatchError, compute
+from agentrl.credit import StepBatch, StepBatchError, compute
 
 EPS = 1e-6
 
@@ -177,7 +176,7 @@ def test_salt_revisits_count_one_rollout_once():
 
 
 def test_salt_graph_networkx():
-    from credit.salt import salt_graph
+    from agentrl.credit.salt import salt_graph
 
     g = salt_graph(salt_batch(), "state_action")
     assert g.number_of_nodes() == 5 and g.number_of_edges() == 3

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from agentrl.credit import response_token_step, step_to_tokens
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from credit import response_token_step, step_to_tokens
 
 
 def test_dialogue_layout_several_responses_in_one_sequence():

@@ -6,14 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
-from envs.alfworld.data import _interleave, find_json_root, read_traj
-from envs.alfworld.engine import GameFileError, read_game
-from envs.alfworld.oracle import next_command
-from envs.alfworld.tasks import SHORT_NAMES, TASK_TYPES, parse_task_types
-from envs.alfworld.world import (
+from agentrl.envs.alfworld.data import _interleave, find_json_root, read_traj
+from agentrl.envs.alfworld.engine import GameFileError, read_game
+from agentrl.envs.alfworld.oracle import next_command
+from agentrl.envs.alfworld.tasks import SHORT_NAMES, TASK_TYPES, parse_task_types
+from agentrl.envs.alfworld.world import (
     MILESTONES,
     Task,
     goal_met,
@@ -22,6 +19,8 @@ from envs.alfworld.world import (
     read_statics,
     state_key,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 # -- task types ------------------------------------------------------------------------------
 
@@ -242,7 +241,7 @@ def test_milestones_keep_first_reached_order_and_are_never_lost():
 def test_missing_data_dir_says_how_to_get_data(tmp_path):
     with pytest.raises(FileNotFoundError, match="alfworld-download") as err:
         find_json_root(tmp_path / "nope")
-    assert "envs.alfworld.generate" in str(err.value)
+    assert "agentrl.envs.alfworld.generate" in str(err.value)
     with pytest.raises(FileNotFoundError, match="no ALFWorld games"):
         find_json_root(tmp_path)
 
@@ -306,14 +305,14 @@ def test_interleave_balances_task_types():
     ],
 )
 def test_bad_config_values_are_named(kwargs, message, tmp_path):
-    from envs.alfworld import ALFWorldEnv
+    from agentrl.envs.alfworld import ALFWorldEnv
 
     with pytest.raises(ValueError, match=message):
         ALFWorldEnv(cache_dir=str(tmp_path), **kwargs)
 
 
 def test_generated_task_ids_are_listed_without_making_games(tmp_path):
-    from envs.alfworld import ALFWorldEnv
+    from agentrl.envs.alfworld import ALFWorldEnv
 
     env = ALFWorldEnv(cache_dir=str(tmp_path), generated={"train": 2, "valid_seen": 1})
     assert env.task_ids("valid_seen") == [f"valid_seen/{t}/0" for t in TASK_TYPES.values()]

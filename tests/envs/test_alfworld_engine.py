@@ -16,12 +16,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from agentrl.envs.alfworld import ALFWorldEnv, GameFileError
+from agentrl.envs.alfworld.generate import generate_games
+from agentrl.envs.alfworld.tasks import TASK_TYPES
 
-import envs
+from agentrl import envs
 from agentrl.pool import EnvPool, EnvSpec
-from envs.alfworld import ALFWorldEnv, GameFileError
-from envs.alfworld.generate import generate_games
-from envs.alfworld.tasks import TASK_TYPES
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = 7
@@ -299,7 +299,7 @@ def test_generator_is_deterministic_across_processes(tmp_path):
         cmd = [
             sys.executable,
             "-m",
-            "envs.alfworld.generate",
+            "agentrl.envs.alfworld.generate",
             "--out",
             str(out),
             "--per-type",
@@ -334,7 +334,7 @@ def test_generator_is_deterministic_across_processes(tmp_path):
         [
             sys.executable,
             "-m",
-            "envs.alfworld.generate",
+            "agentrl.envs.alfworld.generate",
             "--out",
             str(tmp_path),
             "--per-type",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import gymnasium as gym
 import pytest
+from agentrl.envs.base import INFO_KEYS, make_info
 from gymnasium.utils.env_checker import check_env
 
-import envs
-from envs.base import INFO_KEYS, make_info
+from agentrl import envs
 
 ENV_IDS = envs.list_envs()
 

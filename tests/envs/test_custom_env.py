@@ -13,10 +13,10 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
+from agentrl.envs import registry
 from gymnasium.utils.env_checker import check_env
 
-import envs
-from envs import registry
+from agentrl import envs
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -1,6 +1,6 @@
 """The discrete-env adapter, exercised through agentrl/FrozenLake-v0."""
 
-import envs
+from agentrl import envs
 
 
 def test_expert_reaches_the_goal_and_invalid_actions_change_nothing():

@@ -6,12 +6,12 @@ from collections import deque
 
 import numpy as np
 import pytest
+from agentrl.envs.sokoban import ACTIONS, Layout, SokobanEnv, State, generate_room, parse, render
+from agentrl.envs.sokoban.room import move
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import envs
-from envs.sokoban import ACTIONS, Layout, SokobanEnv, State, generate_room, parse, render
-from envs.sokoban.room import move
+from agentrl import envs
 
 ROOM = """
 #####

@@ -6,10 +6,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from agentrl.envs.textworld import TextWorldEnv, clean_feedback, expand_game_files, make_game_file
+from agentrl.envs.textworld.games import MakeSettings
 from gymnasium.utils.env_checker import check_env
-
-from envs.textworld import TextWorldEnv, clean_feedback, expand_game_files, make_game_file
-from envs.textworld.games import MakeSettings
 
 
 @pytest.fixture(scope="module")

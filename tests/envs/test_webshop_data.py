@@ -7,18 +7,17 @@ import json
 import random
 
 import pytest
-
-from envs.webshop import (
+from agentrl.envs.webshop import (
     CatalogueError,
     WebShopEnv,
     generated_catalogue,
     load_original,
     original_catalogue,
 )
-from envs.webshop.generate import generate_goal, generate_product, make_asin
-from envs.webshop.reward import FUZZY_THRESHOLD, _fuzzy, attribute_matches, compute_reward
-from envs.webshop.store import ensure_catalogue
-from envs.webshop.vocab import CATEGORIES, PRODUCT_TYPES
+from agentrl.envs.webshop.generate import generate_goal, generate_product, make_asin
+from agentrl.envs.webshop.reward import FUZZY_THRESHOLD, _fuzzy, attribute_matches, compute_reward
+from agentrl.envs.webshop.store import ensure_catalogue
+from agentrl.envs.webshop.vocab import CATEGORIES, PRODUCT_TYPES
 
 
 # -- generator -----------------------------------------------------------------------------------

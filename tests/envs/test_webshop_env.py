@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import gymnasium as gym
 import pytest
+from agentrl.envs.base import INFO_KEYS
+from agentrl.envs.webshop import MILESTONES, WebShopEnv
 from gymnasium.utils.env_checker import check_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import envs
+from agentrl import envs
 from agentrl.pool import EnvPool, EnvSpec
-from envs.base import INFO_KEYS
-from envs.webshop import MILESTONES, WebShopEnv
 
 
 @pytest.fixture(scope="module")

@@ -5,16 +5,15 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from envs.webshop.reward import (
+from agentrl.envs.webshop.reward import (
     attribute_matches,
     compute_reward,
     option_matches,
     type_reward,
 )
-from envs.webshop.text import content_words, normalize_color, search_tokens
+from agentrl.envs.webshop.text import content_words, normalize_color, search_tokens
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 PATH = "Beauty & Personal Care › Hair Care › Shampoo & Conditioner › Shampoos"
 

@@ -14,8 +14,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from envs.sokoban.room import ACTIONS, parse
-from envs.sokoban.solver import Solver
+from agentrl.envs.sokoban.room import ACTIONS, parse
+from agentrl.envs.sokoban.solver import Solver
 
 GRID_CHARS = set("#_OX√PS")
 

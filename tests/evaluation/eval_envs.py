@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from envs.sokoban import SokobanEnv
+from agentrl.envs.sokoban import SokobanEnv
 
 SMALL = {"dim_room": 5, "num_boxes": 1, "open_room": True, "search_depth": 1, "max_steps": 10}
 

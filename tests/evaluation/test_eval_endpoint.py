@@ -8,7 +8,7 @@ import pytest
 from chat_server import ChatServer
 from eval_envs import SMALL
 
-import envs
+from agentrl import envs
 from agentrl.evaluation import summarize
 from agentrl.evaluation.endpoint import EndpointAgent
 from agentrl.evaluation.runner import EvaluationError, run_episodes

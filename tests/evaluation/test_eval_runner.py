@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from eval_envs import SMALL, dying
 
-import envs
+from agentrl import envs
 from agentrl.evaluation import summarize
 from agentrl.evaluation.agents import ExpertAgent, RandomAgent
 from agentrl.evaluation.runner import Action, EvaluationError, run_episodes

@@ -2,12 +2,12 @@
 
 import numpy as np
 import pytest
+from agentrl.envs.sokoban import ACTIONS, SokobanEnv, parse
 
 from agentrl.fidelity.mdp import distance_to_win, evaluate_policy
 from agentrl.fidelity.pickplace import PickPlaceTask, action_slots, make_task, pickplace_mdp
 from agentrl.fidelity.policies import uniform_policy
 from agentrl.fidelity.sokoban import room_mdp, sokoban_tasks
-from envs.sokoban import ACTIONS, SokobanEnv, parse
 
 
 @pytest.mark.parametrize(("seed", "boxes"), [(0, 1), (7, 1), (123, 1), (5, 2), (9, 2)])

@@ -2,8 +2,10 @@
 
 import numpy as np
 import pytest
+from agentrl.credit import CreditResult, StepBatch
+from agentrl.credit import registry as credit_registry
 
-import credit
+from agentrl import credit
 from agentrl.fidelity.mdp import stack
 from agentrl.fidelity.modules import (
     LEFT_OUT,
@@ -18,8 +20,6 @@ from agentrl.fidelity.modules import (
 from agentrl.fidelity.policies import uniform_policy
 from agentrl.fidelity.sampler import sample_groups, to_step_batch
 from agentrl.fidelity.sokoban import sokoban_tasks
-from credit import CreditResult, StepBatch
-from credit import registry as credit_registry
 
 from .toy import three_state
 

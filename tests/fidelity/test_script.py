@@ -4,7 +4,7 @@ import importlib.util
 import re
 from pathlib import Path
 
-import credit
+from agentrl import credit
 from agentrl.fidelity.modules import LEFT_OUT
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "credit_fidelity.py"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import credit
+from agentrl import credit
 from agentrl.train_config import ConfigError, check_config
 from agentrl.trainer import Trainer, TrainingStopped
 
