@@ -14,7 +14,7 @@ their defaults.
 
 from . import bipace, compose, gae, gagpo, gigpo, graphgpo, grpo, hgpo, milestone, rloo, salt, turn  # noqa: F401  (registers the modules)
 from .batch import StepBatch, StepBatchError, factorize
-from .registry import CreditResult, available, compute, get, options, register
+from .registry import CreditResult, available, compute, get, needs, options, register
 from .tokens import response_token_step, step_to_tokens
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "compute",
     "factorize",
     "get",
+    "needs",
     "options",
     "register",
     "response_token_step",

@@ -114,7 +114,7 @@ def leader_clusters(batch: StepBatch, radius: float) -> tuple[np.ndarray, int]:
     return codes, offset
 
 
-@register("bipace")
+@register("bipace", needs={"embedding"})
 def bipace(
     batch: StepBatch,
     *,

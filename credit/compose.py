@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from .batch import StepBatch
-from .registry import CreditResult, compute, register
+from .registry import CreditResult, compute, needs, register
 
 __all__ = ["compose", "parse_spec", "run_spec"]
 
@@ -75,7 +75,19 @@ def _component(result: CreditResult, name: str, component: str, where: str) -> n
     return np.asarray(comps[component], dtype=np.float64)
 
 
-@register("compose")
+def _compose_needs(o: dict[str, Any]) -> set[str]:
+    """The union of what the base and every term need."""
+    specs = ([] if o["base"] is None else [("base", o["base"])]) + [
+        (f"terms[{i}]", s) for i, s in enumerate(o["terms"] or ())
+    ]
+    out: set[str] = set()
+    for where, spec in specs:
+        name, opts, _, _ = parse_spec(spec, where)
+        out |= needs(name, **opts)
+    return out
+
+
+@register("compose", needs=_compose_needs)
 def compose(batch: StepBatch, *, base: Any = "grpo", terms: Any = ()) -> CreditResult:
     """Sum of a base module's advantages and weighted components of other modules."""
     if isinstance(terms, str | Mapping) or not isinstance(terms, Sequence):

@@ -31,7 +31,7 @@ HOW = (
 )
 
 
-@register("gae")
+@register("gae", needs={"value"})
 def gae(
     batch: StepBatch,
     *,

@@ -117,7 +117,7 @@ def similarity_groups(
     return codes, n_clusters
 
 
-@register("gigpo")
+@register("gigpo", needs=lambda o: {o["similarity_key"]} if o["similarity"] is not None else ())
 def gigpo(
     batch: StepBatch,
     *,

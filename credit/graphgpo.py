@@ -103,7 +103,7 @@ def success_distances(batch: StepBatch) -> tuple[np.ndarray, np.ndarray, np.ndar
     return dist[target], has_success[batch.group_index], dist[src]
 
 
-@register("graphgpo")
+@register("graphgpo", needs={"next_state_key"})
 def graphgpo(
     batch: StepBatch,
     *,

@@ -1,15 +1,18 @@
 """Registry of credit modules: ``credit.compute(batch, "gigpo", gamma=0.95)``.
 
 A credit module is a function ``fn(batch: StepBatch, **hyper_parameters) -> CreditResult``,
-registered by name with :func:`register`. :func:`compute` checks the option names against the
-function's signature (an unknown option is an error listing the valid ones) and the result for
-finiteness, so every module gets the same guard rails.
+registered by name with :func:`register`, which also declares the optional step-batch inputs the
+module reads (``needs``: ``"value"``, ``"embedding"``, ``"observation"``, ``"next_state_key"``,
+``"turn_reward"``, ...; a set, or a function of the options when they decide it). The trainer and
+the fidelity lab ask :func:`needs` which inputs to supply. :func:`compute` checks the option names
+against the function's signature (an unknown option is an error listing the valid ones) and the
+result for finiteness, so every module gets the same guard rails.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +20,7 @@ import numpy as np
 
 from .batch import StepBatch
 
-__all__ = ["CreditResult", "available", "compute", "get", "options", "register"]
+__all__ = ["CreditResult", "available", "compute", "get", "needs", "options", "register"]
 
 
 @dataclass(frozen=True)
@@ -35,19 +38,39 @@ class CreditResult:
 
 
 CreditFn = Callable[..., CreditResult]
+Needs = Iterable[str] | Callable[[dict[str, Any]], Iterable[str]]
 _MODULES: dict[str, CreditFn] = {}
+_NEEDS: dict[str, Needs] = {}
 
 
-def register(name: str) -> Callable[[CreditFn], CreditFn]:
-    """Decorator registering a credit module under ``name``."""
+def register(name: str, needs: Needs = ()) -> Callable[[CreditFn], CreditFn]:
+    """Decorator registering a credit module under ``name``.
+
+    ``needs``: the optional step-batch inputs the module reads (beyond the required columns), or a
+    function of the module's options (defaults filled in) that returns them.
+    """
 
     def deco(fn: CreditFn) -> CreditFn:
         if name in _MODULES and _MODULES[name] is not fn:
             raise ValueError(f"credit module {name!r} is already registered")
         _MODULES[name] = fn
+        _NEEDS[name] = needs if callable(needs) else frozenset(needs)
         return fn
 
     return deco
+
+
+def needs(name: str, **opts: Any) -> frozenset[str]:
+    """The optional step-batch inputs module ``name`` reads with these options.
+
+    ``needs("gae")`` -> ``{"value"}``; ``needs("gigpo", similarity=0.9)`` -> ``{"observation"}``;
+    ``compose`` answers the union of its parts.
+    """
+    get(name)  # an unknown name is an error listing the valid ones
+    declared = _NEEDS.get(name, frozenset())
+    if callable(declared):
+        return frozenset(declared({**options(name), **opts}))
+    return declared
 
 
 def available() -> list[str]:

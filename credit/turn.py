@@ -59,7 +59,13 @@ def _signal(batch: StepBatch, key: str | None) -> np.ndarray:
     return arr
 
 
-@register("turn")
+def _turn_needs(o: dict) -> set[str]:
+    """The per-turn signal column, when it is not the reward column."""
+    key = o["signal_key"] or ("turn_reward" if o["variant"] == "mt_grpo" else None)
+    return {key} if key else set()
+
+
+@register("turn", needs=_turn_needs)
 def turn(
     batch: StepBatch,
     *,

@@ -87,7 +87,6 @@ def run_fidelity(
     records: list[dict] = []
     context: list[dict] = []
     status: dict[str, str] = {}
-    needs: dict = {}  # which on-demand columns each estimator reads (see run_spec)
     for env in cfg.envs:
         for seed in range(cfg.seeds):
             ss = np.random.SeedSequence([cfg.seed, _env_code(env), seed])
@@ -117,7 +116,7 @@ def run_fidelity(
                     for spec in specs:
                         if spec.name == "ref:true-advantage":
                             continue
-                        adv, st = run_spec(spec, inputs, needs)
+                        adv, st = run_spec(spec, inputs)
                         _note(status, spec.label, st)
                         if adv is None:
                             continue
@@ -172,7 +171,6 @@ def train_tabular(
     lr: float,
     rng: np.random.Generator,
     embedding: np.ndarray,
-    needs: dict | None = None,
 ) -> tuple[np.ndarray, str]:
     """Policy gradient on a tabular softmax policy (logits per (state, action), from zero).
 
@@ -190,7 +188,7 @@ def train_tabular(
         policy = softmax_policy(theta, mdp.mask)
         curve[it] = success_probability(mdp, policy).mean()
         rollouts = sample_groups(mdp, policy, group_size, rng)
-        adv, status = run_spec(spec, Inputs(mdp, policy, rollouts, embedding), needs)
+        adv, status = run_spec(spec, Inputs(mdp, policy, rollouts, embedding))
         if adv is None:
             return np.full(iterations + 1, np.nan), status
         grad = np.zeros_like(theta)
@@ -207,7 +205,6 @@ def run_learning(
     """One record per (env, estimator, seed) with its success curve; and status per label."""
     records: list[dict] = []
     status: dict[str, str] = {}
-    needs: dict = {}  # which on-demand columns each estimator reads (see run_spec)
     for env in cfg.envs:
         for seed in range(cfg.seeds):
             ss = np.random.SeedSequence([cfg.seed, _env_code(env), seed, 1])
@@ -221,7 +218,7 @@ def run_learning(
                     np.random.SeedSequence([cfg.seed, _env_code(env), seed, 2])
                 )
                 curve, st = train_tabular(
-                    mdp, spec, cfg.group_size, cfg.iterations, cfg.lr, rng, embedding, needs
+                    mdp, spec, cfg.group_size, cfg.iterations, cfg.lr, rng, embedding
                 )
                 _note(status, spec.label, st)
                 records.append(

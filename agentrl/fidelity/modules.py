@@ -159,19 +159,16 @@ def state_embedding(num_states: int, rng: np.random.Generator, dim: int = EMBED_
     return e / np.linalg.norm(e, axis=1, keepdims=True)
 
 
-#: Columns the lab can supply on request, computed only for the modules that read them.
-ON_DEMAND = ("value", "embedding")
+#: Optional inputs the lab can supply (computed only for the modules that declare them).
+SUPPLIED = ("value", "embedding", "observation", "next_state_key")
 
 
-def run_spec(
-    spec: ModuleSpec, inputs: Inputs, needs: dict[str, frozenset[str]] | None = None
-) -> tuple[np.ndarray | None, str]:
+def run_spec(spec: ModuleSpec, inputs: Inputs) -> tuple[np.ndarray | None, str]:
     """(advantages, status). Status is ``"ok"``, ``"skipped: ..."`` (an input the lab cannot
     supply honestly, or a required option) or ``"failed: ..."`` (the module raised).
 
-    ``value`` and ``embedding`` are built only for modules that ask for them: a module's first
-    call goes without them, and a :class:`StepBatchError` naming one of them adds it and
-    retries. ``needs`` (label -> columns) remembers the answer across calls of one run.
+    ``value`` and ``embedding`` are built only for modules that declare them
+    (:func:`agentrl.credit.needs`).
     """
     gamma = module_gamma(spec)
     if spec.name == "ref:true-advantage":
@@ -184,23 +181,22 @@ def run_spec(
     ]
     if missing:
         return None, f"skipped: needs option(s) {', '.join(missing)} with no default"
-    needs = {} if needs is None else needs
-    columns = set(needs.get(spec.label, frozenset()))
-    while True:
-        batch = to_step_batch(
-            inputs.rollouts,
-            value=inputs.true_value(gamma) if "value" in columns else None,
-            embedding=inputs.embedding if "embedding" in columns else None,
-        )
-        try:
-            result = credit.compute(batch, spec.name, **spec.options)
-        except StepBatchError as exc:
-            asked = [c for c in ON_DEMAND if f"column {c!r}" in str(exc) and c not in columns]
-            if not asked:
-                return None, f"skipped: {exc}"
-            columns.update(asked)
-            continue
-        except Exception as exc:  # noqa: BLE001 - a module's failure is a finding to report
-            return None, f"failed: {type(exc).__name__}: {exc}"
-        needs[spec.label] = frozenset(columns)
-        return np.asarray(result.advantages, dtype=np.float64), "ok"
+    try:
+        wanted = credit.needs(spec.name, **spec.options)
+    except Exception as exc:  # noqa: BLE001 - a bad spec is a finding to report
+        return None, f"failed: {type(exc).__name__}: {exc}"
+    unsupplied = sorted(wanted - set(SUPPLIED))
+    if unsupplied:
+        return None, f"skipped: needs {', '.join(unsupplied)}, which the lab cannot supply"
+    batch = to_step_batch(
+        inputs.rollouts,
+        value=inputs.true_value(gamma) if "value" in wanted else None,
+        embedding=inputs.embedding if "embedding" in wanted else None,
+    )
+    try:
+        result = credit.compute(batch, spec.name, **spec.options)
+    except StepBatchError as exc:
+        return None, f"skipped: {exc}"
+    except Exception as exc:  # noqa: BLE001 - a module's failure is a finding to report
+        return None, f"failed: {type(exc).__name__}: {exc}"
+    return np.asarray(result.advantages, dtype=np.float64), "ok"

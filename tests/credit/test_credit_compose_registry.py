@@ -170,3 +170,25 @@ def test_diagnostics_all_fail_variance():
     assert d["step_all_fail_var"] == pytest.approx(0.01)
     assert d["episode_group_sizes"] == {2: 2}
     assert 0 <= d["zero_advantage_fraction"] <= 1
+
+
+def test_needs_are_declared_at_registration():
+    """What each module reads beyond the core columns, as its registration declares it."""
+    from agentrl import credit
+
+    assert credit.needs("grpo") == frozenset()
+    assert credit.needs("gae") == {"value"}
+    assert credit.needs("bipace") == {"embedding"}
+    assert credit.needs("graphgpo") == {"next_state_key"}
+    assert credit.needs("gigpo") == frozenset()
+    assert credit.needs("gigpo", similarity=0.9) == {"observation"}
+    assert credit.needs("gigpo", similarity=0.9, similarity_key="text") == {"text"}
+    assert credit.needs("turn") == frozenset()
+    assert credit.needs("turn", variant="mt_grpo") == {"turn_reward"}
+    assert credit.needs("turn", signal_key="progress") == {"progress"}
+    # compose: the union of its parts
+    spec = {"base": "gae", "terms": [{"name": "bipace", "weight": 0.5}, "grpo"]}
+    assert credit.needs("compose", **spec) == {"value", "embedding"}
+    assert credit.needs("compose", base=None, terms=[]) == frozenset()
+    with pytest.raises(KeyError, match="unknown credit module"):
+        credit.needs("nope")

@@ -87,19 +87,19 @@ def test_value_column_is_the_true_value_at_the_modules_gamma(monkeypatch):
         return CreditResult(np.zeros(len(batch)))
 
     monkeypatch.setitem(credit_registry._MODULES, "probe", probe)
+    monkeypatch.setitem(credit_registry._NEEDS, "probe", frozenset({"value", "embedding"}))
     monkeypatch.setitem(credit_registry._MODULES, "plain", plain)
+    monkeypatch.setitem(credit_registry._NEEDS, "plain", frozenset())
     inputs = _inputs()
     spec = parse_spec("probe")
     assert module_gamma(spec) == 0.5
-    needs: dict = {}
-    _, status = run_spec(spec, inputs, needs)
+    _, status = run_spec(spec, inputs)
     assert status == "ok"
-    assert needs == {"probe": frozenset({"value", "embedding"})}
     np.testing.assert_allclose(seen["value"], inputs.true_value(0.5))
     assert seen["embedding"].shape == (len(inputs.rollouts), 64)
-    # A module that does not ask for them gets neither column (they are built on demand).
-    assert run_spec(parse_spec("plain"), inputs, needs)[1] == "ok"
-    assert seen["plain"] == (None, None) and needs["plain"] == frozenset()
+    # A module that does not declare them gets neither column (they are built on demand).
+    assert run_spec(parse_spec("plain"), inputs)[1] == "ok"
+    assert seen["plain"] == (None, None)
 
 
 def test_missing_inputs_and_failures_are_reported_not_raised(monkeypatch):
