@@ -41,6 +41,9 @@ Inputs: ``value`` (V_low), extras ``switch`` (bool: this turn starts a new segme
 the response has no subgoal span; needed when ``keep_consistency_penalty != 0``) and
 ``switch_span`` (bool: the response has a switch span; default all True).
 
+Registration: ``credit/__init__.py`` registers it as ``hiper`` (``register("hiper", needs=needs)``)
+once the trainer supplies its inputs; until then call :func:`hiper` directly.
+
 Defaults are those of the authors' ALFWorld script (``example_scripts/HiPER_trainer/run_alfworld.sh``
 of github.com/JonP07/HiPER-agent, with verl's ``algorithm.gamma = lam = 1.0``): gamma 1.0,
 lam_turn 1.0, lam_seg 0.95, normalize on, keep_penalty -0.3 (normalized), keep_consistency_penalty
@@ -69,9 +72,9 @@ import numpy as np
 from .batch import StepBatch, StepBatchError, factorize
 from .diagnostics import episode_diagnostics
 from .ops import check_choice
-from .registry import CreditResult, register
+from .registry import CreditResult
 
-__all__ = ["hiper", "reverse_scan"]
+__all__ = ["hiper", "needs", "reverse_scan"]
 
 HOW_VALUE = (
     "HiPER needs a critic: run the learner with the HiPER value heads and fill "
@@ -81,6 +84,12 @@ HOW_SWITCH = (
     "HiPER needs the per-turn switch decision: use the 'hiper' action format "
     "(<switch>KEEP|SWITCH</switch><subgoal>...</subgoal><action>...</action>), which records it"
 )
+
+
+def needs(opts: dict[str, Any]) -> set[str]:
+    """The step-batch inputs HAE reads with these options (for ``register(..., needs=needs)``)."""
+    cols = {"value", "switch", "value_high", "value_term", "switch_span"}
+    return cols | ({"subgoal"} if opts.get("keep_consistency_penalty") else set())
 
 
 def reverse_scan(mat: np.ndarray, x: np.ndarray, factor: np.ndarray) -> np.ndarray:
@@ -185,7 +194,6 @@ def shaped_reward(
     return r
 
 
-@register("hiper")
 def hiper(
     batch: StepBatch,
     *,

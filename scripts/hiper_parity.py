@@ -21,8 +21,8 @@ import types
 
 import numpy as np
 import torch
-from agentrl.credit import StepBatch, compute
-from agentrl.credit import hiper as _hiper  # noqa: F401  (registers "hiper")
+from agentrl.credit import StepBatch
+from agentrl.credit.hiper import hiper
 
 # token layout of every response: [0, 2) switch span, [2, 6) subgoal span, [6, 10) action span
 L, SW, SG, AC = 10, slice(0, 2), slice(2, 6), slice(6, 10)
@@ -164,7 +164,7 @@ def ours(c, opts: dict) -> dict[str, np.ndarray]:
             "switch_span": c["swspan"],
         },
     )
-    return compute(b, "hiper", **opts).components
+    return hiper(b, **opts).components
 
 
 def main() -> int:

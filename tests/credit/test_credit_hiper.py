@@ -11,9 +11,18 @@ import dataclasses
 import numpy as np
 import pytest
 from agentrl.credit import StepBatch, StepBatchError, compute
-from agentrl.credit import hiper as _hiper  # noqa: F401  (registers "hiper")
+from agentrl.credit.hiper import hiper
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+
+def run(b: StepBatch, **opts):
+    """HAE with the registry's guard rails (it is registered by credit/__init__ once wired)."""
+    r = hiper(b, **opts)
+    assert r.advantages.shape == (len(b),)
+    assert all(np.isfinite(v).all() for v in r.components.values())
+    return r
+
 
 RAW = dict(normalize=False, keep_penalty=0.0, keep_consistency_penalty=0.0, invalid_penalty=0.0)
 
@@ -44,7 +53,7 @@ def test_hand_computed_gamma_one():
     # high, traj 0: seg1: 1 - 1.2 = -.2; seg0: (0 + 0 + 1.2) - 1.0 = .2 + .95 * -.2 = .01
     # high, traj 1: seg1: 0 - 1.5 = -1.5; seg0: 1.5 - 1.4 = .1 + .95 * -1.5 = -1.325
     # term: return to the segment end plus the boundary value, minus V_term = .5
-    r = compute(two_trajectories(), "hiper", **RAW)
+    r = run(two_trajectories(), **RAW)
     c = r.components
     np.testing.assert_allclose(c["action"], [1.1, 1.0, 0.7, 0.6, 1.0, -0.6], atol=1e-12)
     np.testing.assert_allclose(c["subgoal"], [0.01, 0, -0.2, 0, -1.325, -1.5], atol=1e-12)
@@ -62,7 +71,7 @@ def test_hand_computed_discounted_smdp():
     # low t1: 0 + .5 * 1.2 - .2 = .4; t0: 0 + .5 * .2 - .1 = 0 -> 0 + .25 * .4 = .1
     b = two_trajectories()
     b = b.take(np.flatnonzero(b.traj == 0))
-    r = compute(b, "hiper", gamma=0.5, lam_turn=0.5, lam_seg=1.0, **RAW)
+    r = run(b, gamma=0.5, lam_turn=0.5, lam_seg=1.0, **RAW)
     np.testing.assert_allclose(r.components["subgoal"], [-0.875, 0, -0.7, 0], atol=1e-12)
     np.testing.assert_allclose(r.components["action"][:2], [0.1, 0.4], atol=1e-12)
 
@@ -74,11 +83,11 @@ def test_reward_shaping_terms():
     sub = np.array(["x", "x", "y", "z", "p", "q"], dtype=object)
     b = two_trajectories(subgoal=sub)
     b = dataclasses.replace(b, valid=np.array([1, 1, 1, 1, 1, 0], bool))
-    r = compute(b, "hiper", normalize=False)
+    r = run(b, normalize=False)
     np.testing.assert_allclose(
         r.components["shaped_reward"], [0, -0.075, 0, 1 - 0.075 - 0.3, -0.15, -0.1], atol=1e-12
     )
-    fixed = compute(b, "hiper", normalize=False, keep_penalty_mode="fixed")
+    fixed = run(b, normalize=False, keep_penalty_mode="fixed")
     np.testing.assert_allclose(
         fixed.components["shaped_reward"], [0, -0.3, 0, 1 - 0.6, -0.3, -0.1], atol=1e-12
     )
@@ -89,16 +98,16 @@ def test_consistency_requires_both_subgoals():
     sub = np.array(["x", "x", "y", None, "p", "q"], dtype=object)
     b = two_trajectories(subgoal=sub)
     opts = dict(normalize=False, keep_penalty=0.0, invalid_penalty=0.0)
-    both = compute(b, "hiper", **opts).components["shaped_reward"]
-    either = compute(b, "hiper", consistency_requires_both=False, **opts)
+    both = run(b, **opts).components["shaped_reward"]
+    either = run(b, consistency_requires_both=False, **opts)
     assert both[3] == 1.0 and either.components["shaped_reward"][3] == pytest.approx(0.7)
 
 
 def test_normalisation_sets():
     # high advantages are standardised over segment starts that wrote a subgoal only
     sub = np.array(["x", "x", None, "y", "p", "q"], dtype=object)
-    r = compute(two_trajectories(subgoal=sub), "hiper", **{**RAW, "normalize": True})
-    raw = compute(two_trajectories(subgoal=sub), "hiper", **RAW).components["subgoal"]
+    r = run(two_trajectories(subgoal=sub), **{**RAW, "normalize": True})
+    raw = run(two_trajectories(subgoal=sub), **RAW).components["subgoal"]
     sel = raw[[0, 4, 5]]
     want = (raw[[0, 4, 5]] - sel.mean()) / (sel.std() + 1e-8)
     np.testing.assert_allclose(r.components["subgoal"][[0, 4, 5]], want, rtol=1e-9)
@@ -121,8 +130,8 @@ def test_truncated_bootstrap():
         value=[0.2, 0.4],
         extras={"switch": np.array([False, False]), "value_high": np.array([2.0, 9.0])},
     )
-    on = compute(b, "hiper", **RAW).components
-    off = compute(b, "hiper", bootstrap_truncated=False, **RAW).components
+    on = run(b, **RAW).components
+    off = run(b, bootstrap_truncated=False, **RAW).components
     # low: t1: 0 + V_low(t1) - V_low(t1) = 0; t0: .4 - .2 = .2.  high: V_high(start) - V_high = 0
     np.testing.assert_allclose(on["action"], [0.2, 0.0], atol=1e-12)
     assert on["subgoal"][0] == pytest.approx(0.0)
@@ -134,15 +143,15 @@ def test_truncated_bootstrap():
 def test_missing_columns_are_named():
     b = StepBatch.from_trajectories([dict(group=0, rewards=[1], states=["a"], values=[0.0])])
     with pytest.raises(StepBatchError, match="'switch'.*hiper"):
-        compute(b, "hiper")
+        run(b)
     b = dataclasses.replace(b, extras={"switch": np.array([True])})
-    compute(b, "hiper", keep_consistency_penalty=0.0)
+    run(b, keep_consistency_penalty=0.0)
     b2 = StepBatch.from_trajectories([dict(group=0, rewards=[1, 0], states=["a", "b"])])
     b2 = dataclasses.replace(b2, value=np.zeros(2), extras={"switch": np.array([True, False])})
     with pytest.raises(StepBatchError, match="'subgoal'"):
-        compute(b2, "hiper")
+        run(b2)
     with pytest.raises(ValueError, match="keep_penalty_mode"):
-        compute(b, "hiper", keep_penalty_mode="sometimes")
+        run(b, keep_penalty_mode="sometimes")
 
 
 # -- properties -----------------------------------------------------------------------------
@@ -197,7 +206,7 @@ SETTINGS = dict(max_examples=40, deadline=None, suppress_health_check=[HealthChe
 @settings(**SETTINGS)
 @given(b=hiper_batches(), normalize=st.booleans())
 def test_finite(b, normalize):
-    r = compute(b, "hiper", normalize=normalize)
+    r = run(b, normalize=normalize)
     for v in r.components.values():
         assert np.isfinite(v).all()
 
@@ -206,8 +215,8 @@ def test_finite(b, normalize):
 @given(b=hiper_batches(), data=st.data())
 def test_row_order_independent(b, data):
     perm = np.array(data.draw(st.permutations(range(len(b)))))
-    r1 = compute(b, "hiper")
-    r2 = compute(b.take(perm), "hiper")
+    r1 = run(b)
+    r2 = run(b.take(perm))
     for k in ("action", "subgoal", "switch", "returns_high"):
         np.testing.assert_allclose(r2.components[k], r1.components[k][perm], rtol=1e-9, atol=1e-6)
 
@@ -217,7 +226,7 @@ def test_row_order_independent(b, data):
 def test_all_keep_low_level_is_turn_gae(b, gamma, lam):
     # one segment per trajectory: the low level is plain turn GAE on the same values
     b = dataclasses.replace(b, extras={**b.extras, "switch": np.zeros(len(b), bool)})
-    r = compute(b, "hiper", gamma=gamma, lam_turn=lam, bootstrap_truncated=False, **RAW)
+    r = run(b, gamma=gamma, lam_turn=lam, bootstrap_truncated=False, **RAW)
     g = compute(b, "gae", gamma=gamma, lam=lam)
     np.testing.assert_allclose(r.components["action"], g.advantages, rtol=1e-5, atol=1e-3)
 
@@ -227,7 +236,7 @@ def test_all_keep_low_level_is_turn_gae(b, gamma, lam):
 def test_all_switch_high_level_is_gae_on_high_values(b, gamma, lam):
     # one-turn segments: the high level is turn GAE over V_high with lam_seg
     b = dataclasses.replace(b, extras={**b.extras, "switch": np.ones(len(b), bool)})
-    r = compute(b, "hiper", gamma=gamma, lam_seg=lam, bootstrap_truncated=False, **RAW)
+    r = run(b, gamma=gamma, lam_seg=lam, bootstrap_truncated=False, **RAW)
     bh = dataclasses.replace(b, value=b.extras["value_high"])
     g = compute(bh, "gae", gamma=gamma, lam=lam)
     np.testing.assert_allclose(r.components["subgoal"], g.advantages, rtol=1e-5, atol=1e-3)
@@ -236,6 +245,6 @@ def test_all_switch_high_level_is_gae_on_high_values(b, gamma, lam):
 def test_zero_rewards_and_values_give_zero():
     b = two_trajectories(value_high=np.zeros(6), value_term=np.zeros(6))
     b = dataclasses.replace(b, reward=np.zeros(6), value=np.zeros(6))
-    r = compute(b, "hiper", **RAW)
+    r = run(b, **RAW)
     for k in ("action", "subgoal", "switch"):
         assert (r.components[k] == 0).all()
