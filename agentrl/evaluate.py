@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from . import __version__
 from .evaluation import Report, summarize
-from .evaluation.runner import Agent, EvaluationError, run_episodes
+from .evaluation.runner import Agent, EvaluationError, play_tasks
 from .evaluation.tasks import make_tasks
 
 __all__ = ["build_agent", "evaluate", "main"]
@@ -109,7 +109,7 @@ def evaluate(cfg: DictConfig) -> Report:
     agent = build_agent(cfg.agent, cfg)
     if hasattr(agent, "settings"):  # the model agent: its own settings, resolved from the run
         meta["agent_config"] = {**meta["agent_config"], "resolved": agent.settings.to_dict()}
-    play = agent.run if hasattr(agent, "run") else (lambda *a, **k: run_episodes(*a, agent, **k))
+    play = agent.run if hasattr(agent, "run") else (lambda *a, **k: play_tasks(*a, agent, **k))
     try:
         records = play(
             s["env"],

@@ -12,7 +12,7 @@ The evaluation loop (agents, episode runner) lives in :mod:`agentrl.evaluation.r
 :mod:`agentrl.evaluation.agents`; the CLI is ``python -m agentrl.evaluate``.
 """
 
-from .records import EpisodeRecord
+from .records import EpisodeRecord, record_from_rollout
 from .report import ALL, STATS, GroupStats, Report, metric_key, parse_metric_key, summarize
 from .stats import wilson_interval
 
@@ -24,6 +24,7 @@ __all__ = [
     "Report",
     "metric_key",
     "parse_metric_key",
+    "record_from_rollout",
     "summarize",
     "wilson_interval",
 ]

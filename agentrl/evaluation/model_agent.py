@@ -1,8 +1,10 @@
 """The ``model`` agent: a trained checkpoint or any local model, played by the trainer's own loop.
 
-Episodes run through :func:`agentrl.rollout.run_episodes` (the loop training uses: the same
-prompt builder, chat template, generation backend, constrained decoding and action parser), in
-chunks of ``num_envs`` tasks, so a checkpoint is evaluated exactly as training evaluates it.
+Episodes run through :class:`agentrl.rollout.runner.EpisodeRunner`, the runner training uses (the
+same prompt builder, chat template, generation backend, constrained decoding, action parser and
+records), in chunks of ``num_envs`` tasks, so a checkpoint is evaluated exactly as training
+evaluates it: with ``seed`` and ``num_envs`` equal to the run's ``seed`` and pool size
+(``rollout.tasks_per_iter * rollout.group_size``), the per-episode records are the trainer's.
 
 ``agent.path`` may be:
 
@@ -14,9 +16,9 @@ chunks of ``num_envs`` tasks, so a checkpoint is evaluated exactly as training e
   or any local Hugging Face folder (settings from ``configs/model/path.yaml``).
 
 Keys of ``agent.prompt`` / ``agent.action`` / ``agent.backend_options`` override those settings.
-Sampling is greedy by default; with ``temperature > 0`` chunk ``c`` samples with the seed
-``derive_seed(seed, c)`` (the backend seeds request ``i`` from it), so a rerun with the same
-``num_envs`` is identical.
+Sampling is greedy by default; with ``temperature > 0`` the chunk starting at task ``start``
+samples with ``chunk_seed(eval_seed(seed), start)`` (the trainer's held-out evaluation rule; the
+backend seeds request ``i`` from it), so a rerun with the same ``num_envs`` is identical.
 """
 
 from __future__ import annotations
@@ -27,11 +29,20 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .records import EpisodeRecord
-from .runner import EvaluationError, _progress
-from .tasks import EvalTask, derive_seed
+import torch
+from omegaconf import OmegaConf
+from transformers import AutoTokenizer
 
-__all__ = ["ModelAgent", "ModelSettings", "record_from_rollout", "resolve_model_settings"]
+from ..backends import make_backend
+from ..models import load_model, resolve_model_path
+from ..pool import EnvPool, EnvSpec
+from ..rollout import ActionFormat, PromptBuilder, PromptConfig
+from ..rollout.runner import EpisodeRunner, RunnerSettings, eval_seed
+from .records import EpisodeRecord, record_from_rollout
+from .runner import EvaluationError, _progress
+from .tasks import EvalTask, eval_resets
+
+__all__ = ["ModelAgent", "ModelSettings", "resolve_model_settings"]
 
 _PROMPT_KEYS = (
     "instruction",
@@ -45,27 +56,6 @@ _PROMPT_KEYS = (
     "max_prompt_tokens",
 )
 _ACTION_KEYS = ("pattern", "template", "think", "require_think", "max_action_chars")
-
-
-def record_from_rollout(
-    ep: Any, env: str, *, seed: int | None = None, agent_seed: int | None = None
-) -> EpisodeRecord:
-    """An :class:`EpisodeRecord` from an :class:`agentrl.rollout.EpisodeResult` (the trainer's
-    held-out evaluation turns its episodes into records with this)."""
-    return EpisodeRecord(
-        env=env,
-        task_id=str(ep.task_id),
-        category=str(ep.category or "default"),
-        won=bool(ep.won),
-        score=float(ep.score),
-        steps=len(ep.steps),
-        invalid_actions=int(ep.invalid_actions),
-        truncated=bool(ep.truncated),
-        total_reward=float(ep.total_reward),
-        seed=seed if seed is not None else ep.seed,
-        agent_seed=agent_seed,
-        error=ep.error,
-    )
 
 
 @dataclass
@@ -93,8 +83,6 @@ class ModelSettings:
 
 def _yaml(name: str) -> dict[str, Any]:
     """A file of the packaged configs, as a plain dict (its ``defaults`` list dropped)."""
-    from omegaconf import OmegaConf
-
     text = resources.files("agentrl.configs").joinpath(name).read_text()
     data = OmegaConf.to_container(OmegaConf.create(text), resolve=False) or {}
     data.pop("defaults", None)
@@ -119,8 +107,6 @@ def _run_dir(path: Path) -> Path | None:
 
 def resolve_model_settings(agent_cfg: Mapping[str, Any]) -> ModelSettings:
     """Settings for ``agent=model`` (see the module docstring for the precedence)."""
-    from omegaconf import OmegaConf
-
     raw = agent_cfg.get("path")
     if not raw:
         raise ValueError(
@@ -207,27 +193,16 @@ class ModelAgent:
     name = "model"
 
     def __init__(self, settings: ModelSettings, seed: int = 0):
-        from ..backends import make_backend
-        from ..rollout import ActionFormat, PromptBuilder, PromptConfig
-
         self.settings, self.seed = settings, int(seed)
         device = settings.device
         if device == "auto":
-            import torch
-
             device = "cuda" if torch.cuda.is_available() else "cpu"
         if settings.backend == "hf":
-            from ..models import load_model
-
             model, tok, path = load_model(
                 settings.model, tiny=settings.tiny, dtype=settings.dtype, device=device
             )
             model.eval()
         else:  # vLLM loads the weights itself; only the tokenizer is needed here
-            from transformers import AutoTokenizer
-
-            from ..models import resolve_model_path
-
             path = resolve_model_path(settings.model, settings.tiny)
             model, tok = None, AutoTokenizer.from_pretrained(path)
             if tok.pad_token_id is None:
@@ -241,8 +216,6 @@ class ModelAgent:
 
     @classmethod
     def from_config(cls, agent_cfg: Any, cfg: Any = None) -> ModelAgent:
-        from omegaconf import OmegaConf
-
         c = (
             OmegaConf.to_container(agent_cfg, resolve=True)
             if not isinstance(agent_cfg, dict)
@@ -264,10 +237,6 @@ class ModelAgent:
         progress: bool = False,
     ) -> list[EpisodeRecord]:
         """Play every task once, ``num_envs`` at a time; records in task order."""
-        from ..backends import SamplingParams
-        from ..pool import EnvPool, EnvSpec
-        from ..rollout import ResetSpec, run_episodes
-
         if max_steps is None or max_steps < 1:
             raise ValueError(f"agent=model needs a step cap (max_steps >= 1), got {max_steps}")
         if num_envs < 1:
@@ -282,55 +251,49 @@ class ModelAgent:
             num_workers=min(num_workers, n),
             step_timeout=step_timeout,
         )
+        runner = EpisodeRunner(
+            pool,
+            self.backend,
+            self.builder,
+            self.fmt,
+            self.tokenizer,
+            RunnerSettings(
+                max_steps=int(max_steps),
+                max_new_tokens=s.max_new_tokens,
+                top_p=s.top_p,
+                top_k=s.top_k,
+                constrained=s.constrained,
+            ),
+        )
         bar, bar_task = _progress(len(tasks), progress, f"model on {env}")
         records: list[EpisodeRecord] = []
+
+        def record(chunk: list) -> None:
+            records.extend(record_from_rollout(ep, env) for ep in chunk)
+            if bar is not None:
+                bar.update(
+                    bar_task,
+                    advance=len(chunk),
+                    status=f"success {sum(r.won for r in records)}/{len(records)}",
+                )
+
         try:
             if bar is not None:
                 bar.start()
-            for start in range(0, len(tasks), n):
-                chunk = tasks[start : start + n]
-                resets = [
-                    ResetSpec(t.index, seed=t.reset_args()[0], options=t.reset_args()[1])
-                    for t in chunk
-                ]
-                seed = derive_seed(self.seed, start)
-                sampling = SamplingParams(
-                    max_new_tokens=s.max_new_tokens,
-                    temperature=s.temperature,
-                    top_p=s.top_p,
-                    top_k=s.top_k,
-                    stop_token_ids=(int(self.tokenizer.eos_token_id),),
-                    seed=seed,
-                )
-                try:
-                    eps = run_episodes(
-                        pool,
-                        self.backend,
-                        self.builder,
-                        self.fmt,
-                        resets,
-                        sampling,
-                        max_steps=int(max_steps),
-                        constrained=s.constrained,
-                    )
-                except Exception as exc:
-                    raise EvaluationError(
-                        f"model agent failed on {env}: {type(exc).__name__}: {exc}", records
-                    ) from exc
-                records += [
-                    record_from_rollout(ep, env, seed=t.seed, agent_seed=seed)
-                    for ep, t in zip(eps, chunk)
-                ]
-                if bar is not None:
-                    bar.update(
-                        bar_task,
-                        advance=len(chunk),
-                        status=f"success {sum(r.won for r in records)}/{len(records)}",
-                    )
+            runner.play(
+                eval_resets(tasks),
+                temperature=s.temperature,
+                seed=eval_seed(self.seed),
+                on_chunk=record,
+            )
+        except Exception as exc:
+            raise EvaluationError(
+                f"model agent failed on {env}: {type(exc).__name__}: {exc}", records
+            ) from exc
         finally:
             if bar is not None:
                 bar.stop()
-            pool.close()
+            pool.close()  # the backend is the agent's: close() releases it
         return records
 
     def close(self) -> None:

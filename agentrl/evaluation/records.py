@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-__all__ = ["EpisodeRecord"]
+__all__ = ["EpisodeRecord", "record_from_rollout"]
 
 
 @dataclass(frozen=True)
@@ -75,3 +75,23 @@ class EpisodeRecord:
         if unknown:
             raise ValueError(f"unknown EpisodeRecord keys: {sorted(unknown)}")
         return cls(**dict(data))
+
+
+def record_from_rollout(ep: Any, env: str) -> EpisodeRecord:
+    """The record of an :class:`agentrl.rollout.EpisodeResult` (duck-typed, to keep this module
+    free of torch): the trainer's held-out evaluation and the ``model`` agent both record their
+    episodes with it. ``seed`` is the reset seed, ``agent_seed`` the seed its chunk sampled with."""
+    return EpisodeRecord(
+        env=env,
+        task_id=str(ep.task_id),
+        category=str(ep.category or "default"),
+        won=bool(ep.won),
+        score=float(ep.score),
+        steps=len(ep.steps),
+        invalid_actions=int(ep.invalid_actions),
+        truncated=bool(ep.truncated),
+        total_reward=float(ep.total_reward),
+        seed=ep.seed,
+        agent_seed=ep.sampling_seed,
+        error=ep.error,
+    )

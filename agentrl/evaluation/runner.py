@@ -1,6 +1,6 @@
 """Play an evaluation list with an agent, episodes in parallel through the env pool.
 
-``run_episodes(env, tasks, agent)`` keeps up to ``num_envs`` episodes live at once; each
+``play_tasks(env, tasks, agent)`` keeps up to ``num_envs`` episodes live at once; each
 iteration asks the agent for one action per live episode (one batch: one model call, one round
 of HTTP requests) and steps those envs together in the pool's workers. A finished episode's env
 is reset with the next task. Records come back in task order, and each episode depends only on
@@ -20,7 +20,7 @@ from ..pool import EnvPool, EnvSpec
 from .records import EpisodeRecord
 from .tasks import EvalTask
 
-__all__ = ["Action", "Agent", "Episode", "EvaluationError", "Turn", "run_episodes"]
+__all__ = ["Action", "Agent", "Episode", "EvaluationError", "Turn", "play_tasks"]
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ def _progress(total: int, enabled: bool, label: str):
     return None, None
 
 
-def run_episodes(
+def play_tasks(
     env: str,
     tasks: Sequence[EvalTask],
     agent: Agent,

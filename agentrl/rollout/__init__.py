@@ -1,20 +1,25 @@
-"""Multi-turn rollouts: prompts, action parsing, the episode loop, and step-batch assembly."""
+"""Multi-turn rollouts: prompts, action parsing, the episode loop and runner, step-batch assembly."""
 
 from .batch import to_step_batch
 from .loop import EpisodeResult, ResetSpec, RolloutStats, StepRecord, run_episodes
 from .parse import ActionFormat, ParsedAction
 from .prompt import PromptBuilder, PromptConfig, Turn
+from .runner import EpisodeRunner, RunnerSettings, chunk_seed, eval_seed
 
 __all__ = [
     "ActionFormat",
     "EpisodeResult",
+    "EpisodeRunner",
     "ParsedAction",
     "PromptBuilder",
     "PromptConfig",
     "ResetSpec",
     "RolloutStats",
+    "RunnerSettings",
     "StepRecord",
     "Turn",
+    "chunk_seed",
+    "eval_seed",
     "run_episodes",
     "to_step_batch",
 ]

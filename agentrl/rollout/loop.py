@@ -68,6 +68,9 @@ class EpisodeResult:
     terminated: bool = False
     truncated: bool = False
     error: str | None = None
+    sampling_seed: int | None = (
+        None  # the seed its chunk sampled with (steps derive theirs from it)
+    )
 
     @property
     def total_reward(self) -> float:
@@ -141,6 +144,7 @@ def run_episodes(
             str(info.get("task_id", "")),
             str(info.get("category", "")),
             r.seed,
+            sampling_seed=sampling.seed,
         )
         for k, (r, (_obs, info)) in enumerate(zip(resets, first))
     ]

@@ -11,7 +11,7 @@ from eval_envs import SMALL
 from agentrl import envs
 from agentrl.evaluation import summarize
 from agentrl.evaluation.endpoint import EndpointAgent
-from agentrl.evaluation.runner import EvaluationError, run_episodes
+from agentrl.evaluation.runner import EvaluationError, play_tasks
 from agentrl.evaluation.tasks import derive_seed, make_tasks
 
 SOK = "Sokoban-v0"
@@ -26,7 +26,7 @@ def test_solver_behind_endpoint_wins_everything():
     tasks = make_tasks(SOK, SMALL, split="test", episodes=20, seed=4)
     with ChatServer() as srv:
         a = agent(srv.base_url, temperature=0.0, max_tokens=16, concurrency=4)
-        recs = run_episodes(SOK, tasks, a, env_kwargs=SMALL, num_envs=6)
+        recs = play_tasks(SOK, tasks, a, env_kwargs=SMALL, num_envs=6)
         a.close()
     assert all(r.won and r.invalid_actions == 0 for r in recs)
     assert len(srv.requests) == sum(r.steps for r in recs) == a.requests
@@ -46,7 +46,7 @@ def test_prompt_is_the_trainers_and_carries_history():
     with ChatServer() as srv:
         srv.reply = lambda messages, body: "<action>left</action>"  # keeps the episode going
         a = agent(srv.base_url, prompt={"history": 2})
-        (rec,) = run_episodes(SOK, tasks, a, env_kwargs=SMALL, max_steps=4)
+        (rec,) = play_tasks(SOK, tasks, a, env_kwargs=SMALL, max_steps=4)
         a.close()
     assert rec.steps == 4
     roles = [[m["role"] for m in req["messages"]] for req in srv.requests]
@@ -66,7 +66,7 @@ def test_constrained_replies_list_the_admissible_actions():
     tasks = make_tasks(SOK, SMALL, split="test", episodes=2)
     with ChatServer() as srv:
         a = agent(srv.base_url, constrain=True, extra_body={"top_k": 5})
-        run_episodes(SOK, tasks, a, env_kwargs=SMALL)
+        play_tasks(SOK, tasks, a, env_kwargs=SMALL)
         a.close()
     body = srv.requests[0]
     assert body["structured_outputs"] == {
@@ -80,7 +80,7 @@ def test_unparseable_replies_count_as_invalid():
     with ChatServer() as srv:
         srv.reply = lambda messages, body: "I would like to move up please"
         a = agent(srv.base_url)
-        recs = run_episodes(SOK, tasks, a, env_kwargs=SMALL, max_steps=3)
+        recs = play_tasks(SOK, tasks, a, env_kwargs=SMALL, max_steps=3)
         a.close()
     assert [(r.steps, r.invalid_actions, r.won) for r in recs] == [(3, 3, False)] * 4
     assert summarize(recs).overall.invalid_action_rate == 1.0
@@ -90,7 +90,7 @@ def test_server_errors_are_retried():
     tasks = make_tasks(SOK, SMALL, split="test", episodes=2)
     with ChatServer(fail_first=2) as srv:
         a = agent(srv.base_url, max_retries=3, concurrency=1)
-        recs = run_episodes(SOK, tasks, a, env_kwargs=SMALL)
+        recs = play_tasks(SOK, tasks, a, env_kwargs=SMALL)
         a.close()
     assert all(r.won for r in recs)
     assert len(srv.requests) == 2 + sum(r.steps for r in recs)
@@ -101,7 +101,7 @@ def test_wrong_model_name_is_a_clear_error():
     with ChatServer() as srv:
         a = agent(srv.base_url, model="no-such-model", max_retries=0)
         with pytest.raises(EvaluationError, match="HTTP 404.*no-such-model.*does not exist"):
-            run_episodes(SOK, tasks, a, env_kwargs=SMALL)
+            play_tasks(SOK, tasks, a, env_kwargs=SMALL)
         a.close()
 
 
@@ -111,7 +111,7 @@ def test_unreachable_endpoint_is_a_clear_error():
         port = s.getsockname()[1]
     a = agent(f"http://127.0.0.1:{port}/v1", max_retries=0, timeout=5)
     with pytest.raises(EvaluationError, match="unreachable"):
-        run_episodes(SOK, make_tasks(SOK, SMALL, split="test", episodes=1), a, env_kwargs=SMALL)
+        play_tasks(SOK, make_tasks(SOK, SMALL, split="test", episodes=1), a, env_kwargs=SMALL)
     a.close()
 
 

@@ -10,6 +10,7 @@ from hydra import compose, initialize_config_module
 
 from agentrl.evaluate import evaluate
 from agentrl.evaluation.model_agent import resolve_model_settings
+from agentrl.rollout import chunk_seed, eval_seed
 
 
 def test_builtin_model_settings_come_from_its_preset():
@@ -97,6 +98,10 @@ def test_checkpoint_evaluates_as_the_trainer_evaluated_it(tmp_path):
         )
 
     assert [key(e) for e in trained] == [key(r.to_dict()) for r in report.records]
+    # every chunk of num_envs tasks samples with the trainer's held-out seed rule
+    assert [r.agent_seed for r in report.records] == [chunk_seed(eval_seed(0), 0)] * 4 + [
+        chunk_seed(eval_seed(0), 4)
+    ] * 4
     assert [r.total_reward for r in report.records] == pytest.approx(
         [e["total_reward"] for e in trained]
     )

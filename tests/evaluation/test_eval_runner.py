@@ -9,8 +9,9 @@ from eval_envs import SMALL, dying
 from agentrl import envs
 from agentrl.evaluation import summarize
 from agentrl.evaluation.agents import ExpertAgent, RandomAgent
-from agentrl.evaluation.runner import Action, EvaluationError, run_episodes
-from agentrl.evaluation.tasks import EvalTask, derive_seed, make_tasks
+from agentrl.evaluation.runner import Action, EvaluationError, play_tasks
+from agentrl.evaluation.tasks import EvalTask, derive_seed, eval_resets, make_tasks
+from agentrl.rollout import ResetSpec
 
 SOK = "Sokoban-v0"
 
@@ -45,6 +46,31 @@ def test_tasks_by_seed_for_envs_without_ids():
     assert tasks[2].reset_args() == (102, None)
 
 
+def test_split_ids_from_a_given_lister_and_a_short_split_is_an_error():
+    calls = []
+
+    def lister(split, limit):
+        calls.append((split, limit))
+        return ["a", "b", "c"][: limit or 3]
+
+    tasks = make_tasks("NoSuchEnv-v0", split="held", episodes=2, seed=4, list_task_ids=lister)
+    assert calls == [("held", 2)] and [t.task_id for t in tasks] == ["a", "b"]
+    # task-id tasks are reset with a seed too (the same rule for the trainer and agentrl.evaluate)
+    assert [t.seed for t in tasks] == [derive_seed(4, 0), derive_seed(4, 1)]
+    with pytest.raises(ValueError, match=r"lists 3 tasks, fewer than the 5 .*env\.eval_episodes"):
+        make_tasks("NoSuchEnv-v0", split="held", episodes=5, list_task_ids=lister)
+
+
+def test_eval_resets_play_each_task_with_its_seed_and_id():
+    by_id = make_tasks(SOK, SMALL, split="test", episodes=2, seed=1)
+    assert eval_resets(by_id) == [
+        ResetSpec(0, seed=by_id[0].seed, options={"task_id": "1000000000"}),
+        ResetSpec(1, seed=by_id[1].seed, options={"task_id": "1000000001"}),
+    ]
+    by_seed = make_tasks("FrozenLake-v0", episodes=2, seed_base=50)
+    assert eval_resets(by_seed) == [ResetSpec(0, seed=50), ResetSpec(1, seed=51)]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
@@ -62,7 +88,7 @@ def test_bad_task_lists(kwargs, match):
 
 def test_expert_solves_every_task():
     tasks = make_tasks(SOK, SMALL, split="test", episodes=30)
-    recs = run_episodes(SOK, tasks, ExpertAgent(), env_kwargs=SMALL, num_envs=7)
+    recs = play_tasks(SOK, tasks, ExpertAgent(), env_kwargs=SMALL, num_envs=7)
     assert [r.task_id for r in recs] == [t.task_id for t in tasks]
     assert all(
         r.won and r.score == 1.0 and not r.truncated and r.invalid_actions == 0 for r in recs
@@ -92,7 +118,7 @@ def _replay_random(task: EvalTask, max_steps: int):
 
 def test_random_agent_matches_hand_replay():
     tasks = make_tasks(SOK, SMALL, split="test", episodes=12, seed=5)
-    recs = run_episodes(SOK, tasks, RandomAgent(), env_kwargs=SMALL, num_envs=4, max_steps=6)
+    recs = play_tasks(SOK, tasks, RandomAgent(), env_kwargs=SMALL, num_envs=4, max_steps=6)
     for t, r in zip(tasks, recs):
         won, steps, total, trunc = _replay_random(t, 6)
         assert (r.won, r.steps, r.truncated) == (won, steps, trunc and not won)
@@ -102,10 +128,10 @@ def test_random_agent_matches_hand_replay():
 
 def test_results_do_not_depend_on_scheduling():
     tasks = make_tasks(SOK, SMALL, split="test", episodes=24, seed=1)
-    a = run_episodes(SOK, tasks, RandomAgent(), env_kwargs=SMALL, num_envs=3, num_workers=0)
-    b = run_episodes(SOK, tasks, RandomAgent(), env_kwargs=SMALL, num_envs=8, num_workers=2)
+    a = play_tasks(SOK, tasks, RandomAgent(), env_kwargs=SMALL, num_envs=3, num_workers=0)
+    b = play_tasks(SOK, tasks, RandomAgent(), env_kwargs=SMALL, num_envs=8, num_workers=2)
     assert a == b
-    other_seed = run_episodes(
+    other_seed = play_tasks(
         SOK,
         make_tasks(SOK, SMALL, split="test", episodes=24, seed=2),
         RandomAgent(),
@@ -135,13 +161,13 @@ class Scripted:
 
 def test_invalid_and_unparsed_steps_are_counted():
     tasks = make_tasks(SOK, SMALL, split="test", episodes=3)
-    recs = run_episodes(SOK, tasks, Scripted(["jump"]), env_kwargs=SMALL, max_steps=4)
+    recs = play_tasks(SOK, tasks, Scripted(["jump"]), env_kwargs=SMALL, max_steps=4)
     for r in recs:
         assert (r.steps, r.invalid_actions, r.truncated, r.won) == (4, 4, True, False)
         assert r.total_reward == pytest.approx(4 * -0.1)  # the env's step penalty only
     # "left" then "right" are valid moves for the env, but flagged unparsed by the agent.
     unparsed = Scripted([Action("left", "<garbage>", parsed=False), Action("right", "ok")])
-    recs = run_episodes(SOK, tasks, unparsed, env_kwargs=SMALL, max_steps=4)
+    recs = play_tasks(SOK, tasks, unparsed, env_kwargs=SMALL, max_steps=4)
     assert [r.invalid_actions for r in recs if r.steps == 4] == [2] * sum(
         r.steps == 4 for r in recs
     )
@@ -163,7 +189,7 @@ def test_dead_worker_cuts_one_episode_and_the_run_goes_on():
         def close(self):
             pass
 
-    recs = run_episodes(SOK, tasks, DieOnThird(), env_fn=dying, num_envs=2, num_workers=2)
+    recs = play_tasks(SOK, tasks, DieOnThird(), env_fn=dying, num_envs=2, num_workers=2)
     assert [r.task_id for r in recs] == [t.task_id for t in tasks]
     assert recs[2].error is not None and recs[2].truncated and not recs[2].won
     assert all(r.won and r.error is None for k, r in enumerate(recs) if k != 2)
@@ -173,7 +199,7 @@ def test_dead_worker_cuts_one_episode_and_the_run_goes_on():
 def test_agent_failure_keeps_finished_episodes():
     tasks = make_tasks(SOK, SMALL, split="test", episodes=6)
     with pytest.raises(EvaluationError, match="endpoint down") as err:
-        run_episodes(
+        play_tasks(
             SOK,
             tasks,
             Scripted(["up", "down"], fail_at_call=6),
@@ -204,10 +230,10 @@ def test_random_agent_open_action_space():
 def test_bad_runner_arguments():
     tasks = make_tasks(SOK, SMALL, split="test", episodes=2)
     with pytest.raises(ValueError, match="num_envs"):
-        run_episodes(SOK, tasks, RandomAgent(), num_envs=0)
+        play_tasks(SOK, tasks, RandomAgent(), num_envs=0)
     with pytest.raises(ValueError, match="not 'FrozenLake-v0'"):
-        run_episodes("FrozenLake-v0", tasks, RandomAgent())
-    assert run_episodes(SOK, [], RandomAgent()) == []
+        play_tasks("FrozenLake-v0", tasks, RandomAgent())
+    assert play_tasks(SOK, [], RandomAgent()) == []
 
 
 def test_random_agent_fills_templates():

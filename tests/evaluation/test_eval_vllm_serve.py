@@ -27,7 +27,7 @@ from eval_envs import SMALL  # noqa: E402
 
 from agentrl.evaluation import summarize  # noqa: E402
 from agentrl.evaluation.endpoint import EndpointAgent  # noqa: E402
-from agentrl.evaluation.runner import run_episodes  # noqa: E402
+from agentrl.evaluation.runner import play_tasks  # noqa: E402
 from agentrl.evaluation.tasks import make_tasks  # noqa: E402
 from agentrl.models import TinySpec, build_tiny  # noqa: E402
 
@@ -115,7 +115,7 @@ def _agent(url, **kw):
 def _play(url, tasks, **kw):
     agent = _agent(url, **kw)
     try:
-        return run_episodes(SOK, tasks, agent, env_kwargs=SMALL, num_envs=8, max_steps=5)
+        return play_tasks(SOK, tasks, agent, env_kwargs=SMALL, num_envs=8, max_steps=5)
     finally:
         agent.close()
 

@@ -1,8 +1,10 @@
-"""The rollout loop: groups share their start, only live envs are prompted, bad output is invalid."""
+"""The rollout loop: groups share their start, only live envs are prompted, bad output is invalid;
+the episode runner chunks and seeds exactly as the training loop always has."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -10,11 +12,15 @@ from agentrl.backends.base import SamplingParams
 from agentrl.backends.hf import HFBackend
 from agentrl.rollout import (
     ActionFormat,
+    EpisodeRunner,
     PromptBuilder,
     PromptConfig,
     ResetSpec,
     RolloutStats,
+    RunnerSettings,
     Turn,
+    chunk_seed,
+    eval_seed,
     run_episodes,
     to_step_batch,
 )
@@ -198,3 +204,51 @@ def test_step_batch_columns(tiny, sokoban_pool):
     )
     assert list(batch.extras["observation"]) == [s.observation for e in eps for s in e.steps]
     assert all(s.allowed is not None for s in seqs)
+
+
+def test_chunk_and_eval_seeds_are_pinned():
+    # The trainer's seed rule (changing it would change every training run's metrics).
+    def ref(*parts):
+        return int(np.random.SeedSequence(list(parts)).generate_state(1)[0]) & 0x7FFFFFFF
+
+    assert chunk_seed(0, 3, 2) == ref(0, 3, 2) and chunk_seed(5) == ref(5)
+    assert eval_seed(0) == chunk_seed(0, 999_999) == ref(0, 999_999)
+    assert all(0 <= chunk_seed(s, k) < 2**31 for s in range(3) for k in range(20))
+    assert len({chunk_seed(s, k) for s in range(3) for k in range(20)}) == 60
+
+
+def test_runner_plays_chunks_of_the_pool_size_with_per_chunk_seeds(tiny, sokoban_pool):
+    model, tok = tiny
+    backend = CountingBackend(HFBackend(model, tok.pad_token_id))
+    settings = RunnerSettings(max_steps=3, max_new_tokens=6, constrained=True)
+    runner = EpisodeRunner(sokoban_pool, backend, _builder(tok), ActionFormat(), tok, settings)
+    resets = [ResetSpec(g, seed=20 + g) for g in range(10)]  # a pool of 8: chunks at 0 and 8
+    chunks, stats = [], RolloutStats()
+    eps = runner.play(
+        resets, temperature=1.0, seed=11, traj_offset=100, stats=stats, on_chunk=chunks.append
+    )
+    assert [len(c) for c in chunks] == [8, 2] and [e for c in chunks for e in c] == eps
+    assert [e.traj for e in eps] == list(range(100, 110))
+    assert [e.sampling_seed for e in eps] == [chunk_seed(11, 0)] * 8 + [chunk_seed(11, 8)] * 2
+    assert stats.engine_calls == len(backend.calls) > 0
+    # The same episodes as the loop itself, chunk by chunk, with those seeds.
+    for start, chunk in ((0, eps[:8]), (8, eps[8:])):
+        ref = run_episodes(
+            sokoban_pool,
+            HFBackend(model, tok.pad_token_id),
+            _builder(tok),
+            ActionFormat(),
+            resets[start : start + 8],
+            runner.sampling(1.0, chunk_seed(11, start)),
+            max_steps=3,
+            constrained=True,
+            traj_offset=100 + start,
+        )
+        assert [[s.response_ids for s in e.steps] for e in ref] == [
+            [s.response_ids for s in e.steps] for e in chunk
+        ]
+    with pytest.raises(ValueError, match="max_steps"):
+        RunnerSettings(max_steps=0, max_new_tokens=6)
+    sp = runner.sampling(0.5, 7)
+    assert (sp.max_new_tokens, sp.temperature, sp.seed) == (6, 0.5, 7)
+    assert sp.stop_token_ids == (tok.eos_token_id,)
