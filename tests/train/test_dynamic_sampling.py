@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+
 from agentrl.dynamic_sampling import is_informative, sample_informative
 
 
