@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from .batch import StepBatch
+from .checks import OPTION_RANGES, UNIT, check_value
 from .diagnostics import episode_diagnostics, group_diagnostics
 from .grpo import Stats, episode_advantages
 from .ops import EPS, Mode, check_choice, combine_codes, deviations, segment_std
@@ -90,10 +91,7 @@ def _leaders_one_group(X: np.ndarray, norms: np.ndarray, radius: float) -> np.nd
 
 def leader_clusters(batch: StepBatch, radius: float) -> tuple[np.ndarray, int]:
     """Per row, its behavioural cluster (codes unique across task groups)."""
-    if not 0.0 <= radius <= 2.0:
-        raise ValueError(
-            f"option 'eps_radius' must lie in [0, 2] (a cosine distance), got {radius}"
-        )
+    check_value("eps_radius", radius, OPTION_RANGES["bipace"]["eps_radius"])
     emb = batch.require("embedding", HOW)
     X = emb if emb.dtype in (np.float32, np.float64) else emb.astype(np.float64)
     norms = np.sqrt(np.einsum("ij,ij->i", X, X))
@@ -130,10 +128,8 @@ def bipace(
 ) -> CreditResult:
     """BiPACE: episode term plus action-conditioned advantages within hidden-state clusters."""
     check_choice("mode", mode, ("mean", "mean_std"))
-    if int(min_peers) != min_peers or min_peers < 1:
-        raise ValueError(f"option 'min_peers' must be an integer >= 1, got {min_peers!r}")
-    if not 0.0 <= gamma <= 1.0:
-        raise ValueError(f"option 'gamma' must lie in [0, 1], got {gamma}")
+    check_value("min_peers", min_peers, OPTION_RANGES["bipace"]["min_peers"])
+    check_value("gamma", gamma, UNIT)
     codes, n = leader_clusters(batch, eps_radius)
     G = batch.discounted_returns(gamma)
     if invalid_penalty:

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from .batch import StepBatch
+from .checks import Number, check_value
 from .registry import CreditResult, compute, needs, register
 
 __all__ = ["compose", "parse_spec", "run_spec"]
@@ -43,7 +44,8 @@ def parse_spec(spec: Any, where: str) -> tuple[str, dict[str, Any], float, str |
             f"{where} needs a 'name' key (the credit module); got keys {sorted(map(str, spec))}"
         )
     opts = {str(k): _plain(v) for k, v in spec.items() if k not in _META}
-    weight = float(spec.get("weight", 1.0))
+    weight = spec.get("weight", 1.0)
+    check_value(f"{where}.weight", weight, Number())
     component = spec.get("component")
     return str(spec["name"]), opts, weight, (None if component is None else str(component))
 

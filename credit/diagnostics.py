@@ -71,7 +71,9 @@ def group_diagnostics(
         sel = inside & fail & (member_size >= 2)
         if sel.any():
             dev, cnt = deviations(signal[sel], codes[sel], n)
-            var = np.bincount(codes[sel], weights=dev * dev, minlength=n)[cnt > 0] / cnt[cnt > 0]
+            with np.errstate(over="ignore"):  # a variance beyond float64 is reported as inf
+                sq = dev * dev
+            var = np.bincount(codes[sel], weights=sq, minlength=n)[cnt > 0] / cnt[cnt > 0]
             out[f"{name}_all_fail_var"] = float(np.mean(var))
         else:
             out[f"{name}_all_fail_var"] = 0.0
@@ -100,7 +102,9 @@ def episode_diagnostics(batch: StepBatch, returns: np.ndarray | None = None) -> 
         fail_traj = (wins == 0)[g]
         if fail_traj.any():
             dev, cnt = deviations(R[fail_traj], g[fail_traj], batch.num_groups)
-            var = np.bincount(g[fail_traj], weights=dev * dev, minlength=batch.num_groups)
+            with np.errstate(over="ignore"):  # a variance beyond float64 is reported as inf
+                sq = dev * dev
+            var = np.bincount(g[fail_traj], weights=sq, minlength=batch.num_groups)
             keep = cnt >= 2
             out["episode_all_fail_var"] = (
                 float(np.mean(var[keep] / cnt[keep])) if keep.any() else 0.0

@@ -21,7 +21,9 @@ from __future__ import annotations
 import numpy as np
 
 from .batch import StepBatch
+from .checks import UNIT, check_value
 from .diagnostics import episode_diagnostics
+from .ops import deviations, std_from_deviations
 from .registry import CreditResult, register
 
 __all__ = ["gae"]
@@ -41,9 +43,8 @@ def gae(
     invalid_penalty: float = 0.0,
 ) -> CreditResult:
     """GAE over the steps of each trajectory from the critic's per-step values."""
-    for name, v in (("gamma", gamma), ("lam", lam)):
-        if not 0.0 <= v <= 1.0:
-            raise ValueError(f"option {name!r} must lie in [0, 1], got {v}")
+    check_value("gamma", gamma, UNIT)
+    check_value("lam", lam, UNIT)
     V = batch.require("value", HOW)
     r = batch.reward - invalid_penalty * (~batch.valid) if invalid_penalty else batch.reward
     nxt = batch.next_row
@@ -51,12 +52,14 @@ def gae(
     delta = r + gamma * v_next - V
     adv = batch.reverse_accumulate(delta, gamma * lam)
     returns = adv + V
-    if whiten:
-        adv = (adv - adv.mean()) / np.sqrt(adv.var() + 1e-8)
+    if whiten:  # (adv - mean) / sqrt(var + 1e-8), without squaring huge deviations
+        one = np.zeros(len(adv), dtype=np.int64)
+        dev, counts = deviations(adv, one, 1)
+        adv = dev / np.hypot(std_from_deviations(dev, one, counts, ddof=0)[0], 1e-4)
     diag = episode_diagnostics(batch)
     diag["value_mean"] = float(V.mean())
     diag["td_error_abs_mean"] = float(np.abs(delta).mean())
-    diag["explained_variance"] = (
-        float(1.0 - np.var(returns - V) / np.var(returns)) if np.var(returns) > 0 else 0.0
-    )
+    with np.errstate(over="ignore", invalid="ignore"):  # huge returns: nan, not a warning
+        var_r = np.var(returns)
+        diag["explained_variance"] = float(1.0 - np.var(returns - V) / var_r) if var_r > 0 else 0.0
     return CreditResult(adv, diag, {"step": adv, "returns": returns, "td_error": delta})

@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from .batch import StepBatch
+from .checks import UNIT, check_value
 from .diagnostics import episode_diagnostics, group_diagnostics
 from .ops import EPS, Mode, check_choice, normalize, segment_mean, segment_sum
 from .registry import CreditResult, register
@@ -57,9 +58,8 @@ def gagpo(
 ) -> CreditResult:
     """GAGPO: GAE over a grouped state-value proxy, normalised within the task group."""
     check_choice("mode", mode, ("mean", "mean_std"))
-    for name, v in (("gamma", gamma), ("lam", lam)):
-        if not 0.0 <= v <= 1.0:
-            raise ValueError(f"option {name!r} must lie in [0, 1], got {v}")
+    check_value("gamma", gamma, UNIT)
+    check_value("lam", lam, UNIT)
     r = batch.reward - invalid_penalty * (~batch.valid) if invalid_penalty else batch.reward
     G = batch.discounted_returns(gamma, r)
     V = grouped_value_proxy(batch, G, leave_one_out)

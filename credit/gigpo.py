@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from .batch import StepBatch, StepBatchError
+from .checks import OPTION_RANGES, UNIT, check_value
 from .diagnostics import episode_diagnostics, group_diagnostics
 from .grpo import Stats, episode_advantages
 from .ops import EPS, Mode, check_choice, normalize
@@ -54,8 +55,7 @@ __all__ = ["gigpo", "similarity_groups", "step_returns"]
 
 def step_returns(batch: StepBatch, gamma: float, invalid_penalty: float = 0.0) -> np.ndarray:
     """Per row, G_{i,t} with ``gamma``, minus ``invalid_penalty`` on invalid steps (after discounting)."""
-    if not 0.0 <= gamma <= 1.0:
-        raise ValueError(f"option 'gamma' must lie in [0, 1], got {gamma}")
+    check_value("gamma", gamma, UNIT)
     G = batch.discounted_returns(gamma)
     if invalid_penalty:
         G = G - invalid_penalty * (~batch.valid)
@@ -73,8 +73,7 @@ def similarity_groups(
     provably land in the same cluster), and the cheap upper bounds ``real_quick_ratio`` and
     ``quick_ratio`` skip hopeless comparisons, so the result equals the plain greedy pass.
     """
-    if not 0.0 < threshold < 1.0:
-        raise ValueError(f"option 'similarity' must lie in (0, 1), got {threshold}")
+    check_value("similarity", threshold, OPTION_RANGES["gigpo"]["similarity"])
     text = batch.require(
         key,
         f"similarity grouping reads the step's observation text from extras[{key!r}]; pass extras={{{key!r}: [...]}} to StepBatch",

@@ -32,6 +32,7 @@ from typing import Literal
 import numpy as np
 
 from .batch import StepBatch, factorize
+from .checks import OPTION_RANGES, check_value
 from .diagnostics import episode_diagnostics, group_diagnostics
 from .grpo import Stats, episode_advantages
 from .ops import EPS, Mode, check_choice, combine_codes, normalize
@@ -119,8 +120,7 @@ def graphgpo(
     """GraphGPO: GiGPO's episode term plus normalised distance-to-success step returns."""
     check_choice("mode", mode, ("mean", "mean_std"))
     check_choice("convention", convention, ("reference", "paper"))
-    if not 0.0 < omega < 1.0:
-        raise ValueError(f"option 'omega' must lie in (0, 1), got {omega}")
+    check_value("omega", omega, OPTION_RANGES["graphgpo"]["omega"])
     d_next, group_has_success, d_src = success_distances(batch)
     exponent = d_next + (1.0 if convention == "paper" else 0.0)
     raw = np.where(group_has_success, success_reward * np.power(omega, exponent), 0.0)

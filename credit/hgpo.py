@@ -30,10 +30,11 @@ from __future__ import annotations
 import numpy as np
 
 from .batch import StepBatch
+from .checks import OPTION_RANGES, check_value
 from .diagnostics import episode_diagnostics, group_diagnostics
 from .gigpo import step_returns
 from .grpo import episode_advantages
-from .ops import EPS, Mode, check_choice, deviations
+from .ops import EPS, Mode, check_choice, deviations, std_from_deviations
 from .registry import CreditResult, register
 
 __all__ = ["hgpo"]
@@ -54,8 +55,8 @@ def _level_advantages(
     dev = np.where(counts[codes] > 1, dev, 0.0)
     if mode == "mean":
         return dev
-    var = np.bincount(codes, weights=dev * dev, minlength=n) / np.maximum(counts, 1)
-    return dev / (np.sqrt(var)[codes] + eps)
+    std = std_from_deviations(dev, codes, counts, ddof=0)  # squares of 1e160 would overflow
+    return dev / (std[codes] + eps)
 
 
 @register("hgpo")
@@ -72,18 +73,28 @@ def hgpo(
 ) -> CreditResult:
     """HGPO: weighted sum of step advantages over history-consistent groups of depth 1..K+1."""
     check_choice("mode", mode, ("mean", "mean_std"))
-    if int(history_length) != history_length or history_length < 0:
-        raise ValueError(f"option 'history_length' must be an integer >= 0, got {history_length!r}")
+    check_value("history_length", history_length, OPTION_RANGES["hgpo"]["history_length"])
+    check_value("alpha", alpha, OPTION_RANGES["hgpo"]["alpha"])
+    # Levels deeper than the longest trajectory hold no step: they would only cost time.
+    levels = min(int(history_length), int(batch.traj_length.max()) - 1) + 1
+    with np.errstate(over="ignore", under="ignore"):  # (k + 1)^alpha, k = 1..levels
+        weights = np.power(np.arange(2.0, levels + 2.0), float(alpha))
+    if not (np.isfinite(weights).all() and (weights > 0).all()):
+        raise ValueError(
+            f"option 'alpha' of credit module 'hgpo' is too large in magnitude for "
+            f"{levels} history levels: the level weights (k + 1)^alpha over- or underflow "
+            f"float64 (got alpha={alpha!r}, weights {weights.min():.3g}..{weights.max():.3g})"
+        )
     G = step_returns(batch, gamma, invalid_penalty)
     num = np.zeros(len(batch))  # sum of w_k a_k over the non-zero items of each step
     den = np.zeros(len(batch))  # sum of their weights
     diag = episode_diagnostics(batch)
     components: dict[str, np.ndarray] = {}
-    for k, (codes, n) in enumerate(batch.history_levels(int(history_length) + 1), start=1):
+    for k, (codes, n) in enumerate(batch.history_levels(levels), start=1):
         rows = np.flatnonzero(codes >= 0)
         a = np.zeros(len(batch))
         a[rows] = _level_advantages(G[rows], codes[rows], n, mode, eps)
-        w = float(k + 1) ** alpha
+        w = float(weights[k - 1])
         item = a != 0
         num += np.where(item, w * a, 0.0)
         den += w * item

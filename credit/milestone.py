@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from .batch import StepBatch
+from .checks import UNIT, check_value
 from .compose import run_spec
 from .diagnostics import episode_diagnostics, group_diagnostics
 from .grpo import Stats, episode_advantages
@@ -57,8 +58,7 @@ def milestone_segments(
     batch: StepBatch, gamma: float, reward_scale: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per row, (segment index, shaped reward) from the ``milestone`` column."""
-    if not 0.0 <= gamma <= 1.0:
-        raise ValueError(f"option 'gamma' must lie in [0, 1], got {gamma}")
+    check_value("gamma", gamma, UNIT)
     ms = batch.require("milestone", HOW).astype(np.float64)
     seg = (batch.forward_cumsum(ms) - ms).astype(np.int64)  # milestones reached before this step
     # t of the first milestone step at or after t (inf when none): reversed running minimum.

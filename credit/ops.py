@@ -16,6 +16,8 @@ from typing import Literal
 
 import numpy as np
 
+from .checks import Choice, check_value
+
 Mode = Literal["mean", "mean_std"]
 Singleton = Literal["zero", "raw"]
 EPS = 1e-6
@@ -34,15 +36,13 @@ __all__ = [
     "segment_mean",
     "segment_std",
     "segment_sum",
+    "std_from_deviations",
 ]
 
 
 def check_choice(name: str, value: object, choices: tuple) -> None:
     """Raise ``ValueError`` naming the option and its valid values when ``value`` is not one."""
-    if value not in choices:
-        raise ValueError(
-            f"option {name!r} must be one of {', '.join(map(repr, choices))}; got {value!r}"
-        )
+    check_value(name, value, Choice(tuple(choices)))
 
 
 def segment_sum(values: np.ndarray, codes: np.ndarray, n: int) -> np.ndarray:
@@ -84,7 +84,11 @@ def segment_mean(values: np.ndarray, codes: np.ndarray, n: int) -> tuple[np.ndar
     return ref + segment_sum(shifted, codes, n) / np.maximum(counts, 1), counts
 
 
-def _std_from_dev(dev: np.ndarray, codes: np.ndarray, counts: np.ndarray, ddof: int) -> np.ndarray:
+def std_from_deviations(
+    dev: np.ndarray, codes: np.ndarray, counts: np.ndarray, ddof: int = 1
+) -> np.ndarray:
+    """Per segment, the std from deviations from its mean; squares never overflow (huge
+    deviations are scaled by the segment's largest one first)."""
     n = len(counts)
     big = len(dev) and float(np.max(np.abs(dev))) > 1e150
     if big:  # squares would overflow: scale each segment by its largest deviation
@@ -101,7 +105,7 @@ def _std_from_dev(dev: np.ndarray, codes: np.ndarray, counts: np.ndarray, ddof: 
 def segment_std(values: np.ndarray, codes: np.ndarray, n: int, ddof: int = 1) -> np.ndarray:
     """Per segment, the standard deviation (0 where a segment has <= ddof members)."""
     dev, counts = deviations(values, codes, n)
-    return _std_from_dev(dev, codes, counts, ddof)
+    return std_from_deviations(dev, codes, counts, ddof)
 
 
 def normalize(
@@ -124,7 +128,7 @@ def normalize(
     dev, counts = deviations(values, codes, n)
     out = dev
     if mode == "mean_std":
-        std = _std_from_dev(dev, codes, counts, ddof)
+        std = std_from_deviations(dev, codes, counts, ddof)
         out = dev / (std[codes] + eps)
     if singleton == "raw":
         single = counts[codes] == 1

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from .batch import StepBatch
+from .checks import check_options
 
 __all__ = ["CreditResult", "available", "compute", "get", "needs", "options", "register"]
 
@@ -105,6 +106,7 @@ def compute(batch: StepBatch, method: str, **hparams: Any) -> CreditResult:
             f"unknown option(s) {', '.join(map(repr, unknown))} for credit module {method!r}; "
             f"valid: {', '.join(valid) or '(none)'}"
         )
+    check_options(method, hparams)  # declared ranges (credit/checks.py), before any work
     result = fn(batch, **hparams)
     adv = np.asarray(result.advantages)
     if adv.shape != (len(batch),):
@@ -115,8 +117,8 @@ def compute(batch: StepBatch, method: str, **hparams: Any) -> CreditResult:
         bad = np.flatnonzero(~np.isfinite(adv))
         raise FloatingPointError(
             f"credit module {method!r} produced non-finite advantages at rows {bad[:10].tolist()}"
-            f"{' ...' if len(bad) > 10 else ''}: the rewards or values are too large for float64 "
-            "(sums or squares overflow); rescale them"
+            f"{' ...' if len(bad) > 10 else ''}: the rewards, values or numeric options are too "
+            "large for float64 (sums or squares overflow); rescale them"
         )
     with np.errstate(over="ignore"):
         adv32 = adv.astype(np.float32, copy=False)

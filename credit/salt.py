@@ -33,6 +33,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .batch import StepBatch
+from .checks import OPTION_RANGES, check_value
 from .compose import run_spec
 from .diagnostics import episode_diagnostics
 from .ops import EPS, combine_codes, normalize, segment_mean
@@ -41,15 +42,11 @@ from .registry import CreditResult, register
 __all__ = ["node_codes", "salt", "salt_graph"]
 
 Node = Literal["state", "state_action", "transition", "history"]
-NODES = ("state", "state_action", "transition", "history")
 
 
 def node_codes(batch: StepBatch, node: Node = "state_action") -> tuple[np.ndarray, int]:
     """Per row, its graph node: codes shared by identical steps of the same task group."""
-    if node not in NODES:
-        raise ValueError(
-            f"option 'node' must be one of {', '.join(map(repr, NODES))}; got {node!r}"
-        )
+    check_value("node", node, OPTION_RANGES["salt"]["node"])
     anchor = (batch.anchor_index, batch.num_anchors)
     action = (batch.action_index, int(batch.action_index.max()) + 1)
     if node == "state":
@@ -105,8 +102,7 @@ def salt(
     eps: float = EPS,
 ) -> CreditResult:
     """SALT: each step takes the mean base advantage of the distinct rollouts through its node."""
-    if int(min_share) != min_share or min_share < 1:
-        raise ValueError(f"option 'min_share' must be an integer >= 1, got {min_share!r}")
+    check_value("min_share", min_share, OPTION_RANGES["salt"]["min_share"])
     base_res = run_spec(batch, base, "option 'base'")
     A = np.asarray(base_res.advantages, dtype=np.float64)
     codes, n = node_codes(batch, node)

@@ -28,6 +28,7 @@ from typing import Literal
 import numpy as np
 
 from .batch import StepBatch, StepBatchError
+from .checks import OPTION_RANGES, UNIT, check_value
 from .diagnostics import episode_diagnostics, group_diagnostics
 from .grpo import episode_advantages
 from .ops import EPS, Mode, check_choice, combine_codes, normalize
@@ -80,8 +81,7 @@ def turn(
     """Turn-level advantages normalised per (group, turn index)."""
     check_choice("variant", variant, ("returns", "mt_grpo", "a2tgpo"))
     check_choice("mode", mode, ("mean", "mean_std"))
-    if not 0.0 <= gamma <= 1.0:
-        raise ValueError(f"option 'gamma' must lie in [0, 1], got {gamma}")
+    check_value("gamma", gamma, UNIT)
     codes, n = turn_cells(batch)
     diag = episode_diagnostics(batch)
     if variant == "returns":
@@ -98,8 +98,7 @@ def turn(
     sig = _signal(batch, signal_key)
     a = normalize(sig, codes, n, mode, ddof=1, eps=eps, singleton="zero")
     if clip is not None:
-        if clip <= 0:
-            raise ValueError(f"option 'clip' must be > 0 or None, got {clip}")
+        check_value("clip", clip, OPTION_RANGES["turn"]["clip"])
         a = np.clip(a, -clip, clip)
     remaining = (batch.traj_length[batch.traj_index] - batch.t).astype(np.float64)
     adv = batch.reverse_accumulate(a, gamma) / np.sqrt(remaining)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
-from agentrl.credit import StepBatch, compute
+from agentrl.credit import StepBatch, available, compute, options
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -234,3 +236,64 @@ def test_hgpo_at_k1_groups_exactly_as_gigpo(b):
         np.testing.assert_array_equal(h != 0, g != 0)
     h = compute(b, "hgpo", history_length=0, mode="mean", gamma=0.5).advantages
     np.testing.assert_allclose(h, g * 2 / (2 + EPS), rtol=1e-5, atol=1e-6)
+
+
+# -- extreme magnitudes ----------------------------------------------------------------------------
+# Options measured in reward units: scaling the rewards by s scales these with them.
+_REWARD_UNITS = ("invalid_penalty", "success_reward", "reward_scale")
+
+
+def _scaled_spec(spec, s: float):
+    """A module spec (name or mapping) with its reward-unit options (defaults too) times ``s``."""
+    spec = {"name": spec} if isinstance(spec, str) else dict(spec)
+    name = spec["name"]
+    return {
+        "name": name,
+        **_scaled_options(name, {k: v for k, v in spec.items() if k != "name"}, s),
+    }
+
+
+def _scaled_options(name: str, opts: dict, s: float) -> dict:
+    out = dict(opts)
+    defaults = options(name)
+    for key in _REWARD_UNITS:
+        if key in defaults:
+            out[key] = s * out.get(key, defaults[key])
+    for key in ("base",):
+        if key in defaults and out.get(key, defaults[key]) is not None:
+            out[key] = _scaled_spec(out.get(key, defaults[key]), s)
+    if "terms" in out:
+        out["terms"] = [_scaled_spec(t, s) for t in out["terms"]]
+    return out
+
+
+def _scaled_batch(b: StepBatch, s: float) -> StepBatch:
+    """The same batch with every reward-unit column times ``s`` (a power of 2: exact)."""
+    extras = dict(b.extras)
+    extras["turn_reward"] = extras["turn_reward"] * s
+    return replace(b, reward=b.reward * s, value=b.value * s, extras=extras)
+
+
+def test_every_registered_module_is_covered():
+    assert set(MODULES) == set(available())
+
+
+@settings(**SETTINGS)
+@given(b=batches(rewards="small"), power=st.integers(0, 990))
+def test_huge_rewards_keep_the_signal_or_give_a_clear_error(b, power):
+    """Rewards up to ~1e300: finite advantages, not all zero where the batch has signal at a
+    moderate scale, or an error that says to rescale; never a silent all-zero result."""
+    s = 2.0**power  # exact: every sum, difference and comparison scales without rounding
+    big = _scaled_batch(b, s)
+    assert np.abs(big.reward).max() <= 1e300
+    for name, variants in MODULES.items():
+        for opts in variants:
+            small = compute(b, name, **opts).advantages
+            try:
+                a = compute(big, name, **_scaled_options(name, opts, s)).advantages
+            except (FloatingPointError, ValueError) as exc:
+                assert "rescale" in str(exc), (name, opts, exc)
+                continue
+            assert np.isfinite(a).all(), (name, opts)
+            if np.abs(small).max() > 1e-3:  # real signal, not a rounding residue of a mean
+                assert (a != 0).any(), f"{name} {opts}: all zero at scale 2^{power}"

@@ -1,0 +1,299 @@
+"""Declared ranges of the credit modules' options, checked in one place before a module runs.
+
+Every option of every built-in module has an entry in :data:`OPTION_RANGES` (a test keeps it so);
+:func:`agentrl.credit.compute` calls :func:`check_options` before the module runs, so a
+non-finite, out-of-range or mistyped option is a ``ValueError`` naming the option, the module
+and the accepted values, instead of a silent all-zero result or an "overflow" error later.
+A custom module declares its own ranges with :func:`declare`; an undeclared one is not checked.
+The modules' helper functions that take an option directly (``step_returns(gamma=...)``...)
+check it with :func:`check_value` and the same range objects.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "EPS_RANGE",
+    "OPTION_RANGES",
+    "UNIT",
+    "Choice",
+    "Flag",
+    "Number",
+    "OptionRange",
+    "Spec",
+    "Text",
+    "check_options",
+    "check_value",
+    "declare",
+    "option_problems",
+    "ranges_markdown",
+    "ranges_of",
+]
+
+
+class OptionRange:
+    """What values an option accepts: :meth:`accepts` tests one, :meth:`describe` says it."""
+
+    def accepts(self, value: Any) -> bool:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+@dataclass(frozen=True)
+class Number(OptionRange):
+    """A finite real (or integer) in ``[lo, hi]`` (ends open where asked); ``None`` if optional."""
+
+    lo: float = -math.inf
+    hi: float = math.inf
+    lo_open: bool = False
+    hi_open: bool = False
+    integer: bool = False
+    optional: bool = False
+
+    def accepts(self, value: Any) -> bool:
+        if value is None:
+            return self.optional
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            return False  # True/False or "0.9" are mistakes, not numbers
+        x = float(value)
+        if not math.isfinite(x) or (self.integer and not x.is_integer()):
+            return False
+        above = x > self.lo if self.lo_open else x >= self.lo
+        below = x < self.hi if self.hi_open else x <= self.hi
+        return above and below
+
+    def describe(self) -> str:
+        kind = "an integer" if self.integer else "a finite number"
+        has_lo, has_hi = math.isfinite(self.lo), math.isfinite(self.hi)
+        if has_lo and has_hi:
+            where = (
+                f" in {'(' if self.lo_open else '['}{_fmt(self.lo)}, "
+                f"{_fmt(self.hi)}{')' if self.hi_open else ']'}"
+            )
+        elif has_lo:
+            where = f" {'>' if self.lo_open else '>='} {_fmt(self.lo)}"
+        elif has_hi:
+            where = f" {'<' if self.hi_open else '<='} {_fmt(self.hi)}"
+        else:
+            where = ""
+        return kind + where + (" or None" if self.optional else "")
+
+
+@dataclass(frozen=True)
+class Choice(OptionRange):
+    """One of a fixed set of values."""
+
+    choices: tuple
+
+    def accepts(self, value: Any) -> bool:
+        try:
+            return value in self.choices
+        except (TypeError, ValueError):  # an array or oddly comparing value is not a choice
+            return False
+
+    def describe(self) -> str:
+        return "one of " + ", ".join(map(repr, self.choices))
+
+
+@dataclass(frozen=True)
+class Flag(OptionRange):
+    """``True`` or ``False`` (a string such as ``"false"`` would silently be truthy)."""
+
+    def accepts(self, value: Any) -> bool:
+        return isinstance(value, bool | np.bool_)
+
+    def describe(self) -> str:
+        return "true or false"
+
+
+@dataclass(frozen=True)
+class Text(OptionRange):
+    """A string (``None`` too if optional)."""
+
+    optional: bool = False
+
+    def accepts(self, value: Any) -> bool:
+        return isinstance(value, str) or (value is None and self.optional)
+
+    def describe(self) -> str:
+        return "a string" + (" or None" if self.optional else "")
+
+
+@dataclass(frozen=True)
+class Spec(OptionRange):
+    """A module spec (a name or a mapping with ``name``) or a list of them; the spec itself is
+    checked where it runs (``compose.parse_spec`` and the nested ``compute``)."""
+
+    many: bool = False
+    optional: bool = False
+
+    def accepts(self, value: Any) -> bool:
+        return True  # parse_spec raises the TypeError/ValueError that names the bad part
+
+    def describe(self) -> str:
+        one = "a module name or a mapping with 'name'"
+        out = f"a list of specs ({one})" if self.many else one
+        return out + (" or None" if self.optional else "")
+
+
+# Shared ranges: one meaning per option name across the modules.
+UNIT = Number(0.0, 1.0)  # discount factors gamma and GAE lambda
+#: Added to a std before dividing: > 0 (0 makes a constant group 0/0), <= 1 (larger swamps the
+#: std and shrinks every advantage towards 0, down to float32 zeros).
+EPS_RANGE = Number(0.0, 1.0, lo_open=True)
+NONNEG = Number(0.0)  # penalties and weights of a step term
+POSITIVE = Number(0.0, lo_open=True)
+MODE = Choice(("mean", "mean_std"))
+STATS = Choice(("per_trajectory", "per_step_rows"))
+SINGLETON = Choice(("raw", "zero"))
+COUNT = Number(1.0, integer=True)
+
+#: Per built-in module, the range of every option (names match the functions' keyword options).
+OPTION_RANGES: dict[str, dict[str, OptionRange]] = {
+    "grpo": dict(
+        mode=MODE, stats=STATS, eps=EPS_RANGE, singleton=SINGLETON, invalid_penalty=NONNEG
+    ),
+    "rloo": dict(stats=STATS, singleton=SINGLETON, invalid_penalty=NONNEG),
+    "gigpo": dict(
+        gamma=UNIT,
+        omega=NONNEG,
+        mode=MODE,
+        episode_stats=STATS,
+        invalid_penalty=NONNEG,
+        eps=EPS_RANGE,
+        similarity=Number(0.0, 1.0, lo_open=True, hi_open=True, optional=True),
+        similarity_key=Text(),
+    ),
+    "hgpo": dict(
+        history_length=Number(0.0, integer=True),
+        alpha=Number(),  # (k + 1)^alpha must also stay finite and > 0: checked by hgpo
+        gamma=UNIT,
+        mode=MODE,
+        base_group=Flag(),
+        invalid_penalty=NONNEG,
+        eps=EPS_RANGE,
+    ),
+    "salt": dict(
+        base=Spec(),
+        node=Choice(("state", "state_action", "transition", "history")),
+        min_share=COUNT,
+        renormalize=Flag(),
+        graph_stats=Flag(),
+        eps=EPS_RANGE,
+    ),
+    "graphgpo": dict(
+        omega=Number(0.0, 1.0, lo_open=True, hi_open=True),  # a decay per step to success
+        success_reward=POSITIVE,
+        step_weight=NONNEG,
+        mode=MODE,
+        convention=Choice(("reference", "paper")),
+        episode_stats=STATS,
+        invalid_penalty=NONNEG,
+        eps=EPS_RANGE,
+    ),
+    "turn": dict(
+        variant=Choice(("returns", "mt_grpo", "a2tgpo")),
+        gamma=UNIT,
+        weight=NONNEG,
+        mode=MODE,
+        signal_key=Text(optional=True),
+        clip=Number(0.0, lo_open=True, optional=True),
+        eps=EPS_RANGE,
+    ),
+    "milestone": dict(
+        gamma=UNIT,
+        weight=NONNEG,
+        reward_scale=POSITIVE,
+        mode=MODE,
+        base=Spec(optional=True),
+        episode_stats=STATS,
+        invalid_penalty=NONNEG,
+        eps=EPS_RANGE,
+    ),
+    "gagpo": dict(
+        gamma=UNIT,
+        lam=UNIT,
+        mode=MODE,
+        leave_one_out=Flag(),
+        invalid_penalty=NONNEG,
+        eps=EPS_RANGE,
+    ),
+    "bipace": dict(
+        eps_radius=Number(0.0, 2.0),  # a cosine distance
+        action_baseline=Flag(),
+        min_peers=COUNT,
+        gamma=UNIT,
+        omega=NONNEG,
+        mode=MODE,
+        episode_stats=STATS,
+        invalid_penalty=NONNEG,
+        eps=EPS_RANGE,
+    ),
+    "gae": dict(gamma=UNIT, lam=UNIT, whiten=Flag(), invalid_penalty=NONNEG),
+    "compose": dict(base=Spec(optional=True), terms=Spec(many=True)),
+}
+
+_DECLARED: dict[str, dict[str, OptionRange]] = {}
+
+
+def declare(module: str, **ranges: OptionRange) -> None:
+    """Declare the option ranges of a custom credit module (checked by ``compute`` from then on)."""
+    for name, rng in ranges.items():
+        if not isinstance(rng, OptionRange):
+            raise TypeError(f"range of option {name!r} must be an OptionRange, got {rng!r}")
+    _DECLARED[module] = dict(ranges)
+
+
+def ranges_of(module: str) -> dict[str, OptionRange]:
+    """The declared option ranges of ``module`` (empty when it declared none)."""
+    return _DECLARED.get(module) or OPTION_RANGES.get(module, {})
+
+
+def check_value(name: str, value: Any, rng: OptionRange, module: str | None = None) -> None:
+    """Raise ``ValueError`` naming the option (and module) when ``value`` is outside ``rng``."""
+    if not rng.accepts(value):
+        of = f" of credit module {module!r}" if module else ""
+        raise ValueError(f"option {name!r}{of} must be {rng.describe()}; got {value!r}")
+
+
+def option_problems(module: str, options: Mapping[str, Any]) -> list[str]:
+    """One message per given option of ``module`` outside its declared range (for config checks
+    that report every problem at once)."""
+    out = []
+    ranges = ranges_of(module)
+    for name, value in options.items():
+        rng = ranges.get(name)
+        if rng is not None and not rng.accepts(value):
+            out.append(
+                f"option {name!r} of credit module {module!r} must be {rng.describe()}; got {value!r}"
+            )
+    return out
+
+
+def check_options(module: str, options: Mapping[str, Any]) -> None:
+    """Raise ``ValueError`` for the first given option of ``module`` outside its declared range."""
+    problems = option_problems(module, options)
+    if problems:
+        raise ValueError(problems[0])
+
+
+def ranges_markdown() -> str:
+    """The option ranges of the built-in modules as a markdown table (``docs/credit.md`` holds it)."""
+    lines = ["| module | option: accepted values |", "|---|---|"]
+    for module, ranges in sorted(OPTION_RANGES.items()):
+        cells = "; ".join(f"`{name}`: {rng.describe()}" for name, rng in ranges.items())
+        lines.append(f"| `{module}` | {cells} |")
+    return "\n".join(lines)
