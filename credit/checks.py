@@ -244,6 +244,18 @@ OPTION_RANGES: dict[str, dict[str, OptionRange]] = {
     ),
     "gae": dict(gamma=UNIT, lam=UNIT, whiten=Flag(), invalid_penalty=NONNEG),
     "compose": dict(base=Spec(optional=True), terms=Spec(many=True)),
+    "hiper": dict(
+        gamma=UNIT,
+        lam_turn=UNIT,
+        lam_seg=UNIT,
+        normalize=Flag(),
+        keep_penalty=Number(hi=0.0),  # added to the advantage: a penalty is <= 0
+        keep_penalty_mode=Choice(("normalized", "fixed")),
+        keep_consistency_penalty=Number(hi=0.0),
+        consistency_requires_both=Flag(),
+        bootstrap_truncated=Flag(),
+        invalid_penalty=NONNEG,
+    ),
 }
 
 _DECLARED: dict[str, dict[str, OptionRange]] = {}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import math
 from pathlib import Path
 
@@ -37,11 +39,20 @@ def batch() -> StepBatch:
     )
 
 
+def _defaults(module: str) -> dict:
+    """Keyword options and defaults of a built-in module, registered or not (yet)."""
+    if module in available():
+        return options(module)
+    fn = getattr(importlib.import_module(f"agentrl.credit.{module}"), module)
+    params = list(inspect.signature(fn).parameters.values())[1:]
+    return {p.name: p.default for p in params if p.kind is p.KEYWORD_ONLY}
+
+
 def test_every_option_of_every_builtin_module_has_a_range_and_its_default_fits():
-    assert set(OPTION_RANGES) == set(available())
-    for module in available():
-        assert set(OPTION_RANGES[module]) == set(options(module)), module
-        check_options(module, options(module))  # the defaults are in range
+    assert set(available()) <= set(OPTION_RANGES)
+    for module in OPTION_RANGES:
+        assert set(OPTION_RANGES[module]) == set(_defaults(module)), module
+        check_options(module, _defaults(module))  # the defaults are in range
 
 
 def _bad_values(rng) -> list:
@@ -70,6 +81,7 @@ def _bad_values(rng) -> list:
 CASES = [
     (module, name, value)
     for module, ranges in sorted(OPTION_RANGES.items())
+    if module in available()
     for name, rng in ranges.items()
     for value in _bad_values(rng)
 ]
