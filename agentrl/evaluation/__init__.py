@@ -12,8 +12,9 @@ The evaluation loop (agents, episode runner) lives in :mod:`agentrl.evaluation.r
 :mod:`agentrl.evaluation.agents`; the CLI is ``python -m agentrl.evaluate``.
 """
 
+from .groups import ALL, STATS, GroupStats, metric_key, parse_metric_key
 from .records import EpisodeRecord, record_from_rollout
-from .report import ALL, STATS, GroupStats, Report, metric_key, parse_metric_key, summarize
+from .report import Report, summarize
 from .stats import wilson_interval
 
 __all__ = [

@@ -11,12 +11,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .report import ALL, parse_metric_key
+from .groups import ALL, parse_metric_key
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from .report import Report
+    from .groups import ReportView
 
 __all__ = ["curve_series", "plot_bars", "plot_curves"]
 
@@ -42,7 +42,7 @@ def _save(fig: Figure, path: str | Path) -> None:
 
 
 def plot_bars(
-    reports: Sequence[Report],
+    reports: Sequence[ReportView],
     path: str | Path | None = None,
     labels: Sequence[str] | None = None,
     title: str | None = None,
@@ -154,7 +154,7 @@ def _wrap(label: str, width: int = 14) -> str:
     return "\n".join(lines + [cur])
 
 
-def _has(rep: Report, env: str, cat: str) -> bool:
+def _has(rep: ReportView, env: str, cat: str) -> bool:
     try:
         rep.get(env, cat)
     except KeyError:

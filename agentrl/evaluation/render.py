@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .report import GroupStats, Report
+    from .groups import GroupStats, ReportView
 
 __all__ = ["HEADERS", "cells", "print_report", "table"]
 
@@ -44,7 +44,7 @@ def cells(g: GroupStats) -> list[str]:
     ]
 
 
-def _headers_and_rows(report: Report) -> tuple[list[str], list[list[str]]]:
+def _headers_and_rows(report: ReportView) -> tuple[list[str], list[list[str]]]:
     """The confidence column is named after the report's level; ``errors`` only when any."""
     headers = list(HEADERS)
     headers[4] = f"{100 * report.confidence:g}% CI"
@@ -83,7 +83,7 @@ def _rich(headers: list[str], rows: list[list[str]], title: str | None) -> Any:
     return tab
 
 
-def table(report: Report, kind: str = "plain") -> Any:
+def table(report: ReportView, kind: str = "plain") -> Any:
     """``kind``: ``"plain"`` (aligned text), ``"markdown"``, or ``"rich"`` (a ``rich`` Table)."""
     headers, rows = _headers_and_rows(report)
     if kind == "plain":
@@ -95,12 +95,12 @@ def table(report: Report, kind: str = "plain") -> Any:
     raise ValueError(f"table kind must be 'plain', 'markdown' or 'rich', got {kind!r}")
 
 
-def _needed_width(report: Report) -> int:
+def _needed_width(report: ReportView) -> int:
     plain_width = max(len(line) for line in table(report, "plain").splitlines())
     return plain_width + 3 * len(_headers_and_rows(report)[0]) + 1
 
 
-def print_report(report: Report, console: Any = None) -> None:
+def print_report(report: ReportView, console: Any = None) -> None:
     """Print with rich when it is installed (it is in the ``train`` extra), else plain text.
 
     A console narrower than the table (80 columns when output is not a terminal) is widened for

@@ -246,3 +246,31 @@ def test_stacked_chart_layout_draws_the_same_bars(tmp_path):
         assert [p.get_height() for p in bars.patches] == pytest.approx(
             [100 * r.get(env, c).success_rate for c in cats]
         )
+
+
+def test_evaluation_modules_import_each_other_without_cycles():
+    # Every import counts, at module level, in functions and under TYPE_CHECKING alike: views
+    # (render, charts) read a report through groups.ReportView and never import report.py.
+    import ast
+    from pathlib import Path
+
+    import agentrl.evaluation as pkg
+
+    root = Path(pkg.__file__).parent
+    graph = {}
+    for path in root.glob("*.py"):
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                deps |= {node.module} if node.module else {a.name for a in node.names}
+        graph[path.stem] = {d.split(".")[0] for d in deps} - {"__init__"}
+    assert "report" not in graph["render"] and "report" not in graph["charts"]
+
+    def reaches(start, goal, seen=()):
+        return any(
+            d == goal or (d not in seen and reaches(d, goal, (*seen, d)))
+            for d in graph.get(start, ())
+        )
+
+    cycles = sorted(m for m in graph if m != "__init__" and reaches(m, m))
+    assert cycles == []
