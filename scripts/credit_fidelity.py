@@ -35,7 +35,7 @@ from agentrl.fidelity.experiment import (  # noqa: E402
     run_fidelity,
     run_learning,
 )
-from agentrl.fidelity.modules import LEFT_OUT, default_specs, parse_spec  # noqa: E402
+from agentrl.fidelity.modules import LEFT_OUT, default_specs, parse_module_spec  # noqa: E402
 from agentrl.fidelity.tasks import ENVS  # noqa: E402
 
 #: Variants worth a row of their own: the mean-only ("w/o std") forms of the z-scoring modules,
@@ -63,15 +63,15 @@ policy that sampled the rollouts, and how fast does a policy learn with them? Ge
 
 def build_specs(args: argparse.Namespace) -> list:
     if args.modules:
-        specs = [parse_spec(s) for s in args.modules.split(";") if s.strip()]
+        specs = [parse_module_spec(s) for s in args.modules.split(";") if s.strip()]
     else:
         specs = default_specs()
         variants = [v for v in DEFAULT_VARIANTS if v.partition(":")[0] in credit.available()]
-        specs += [parse_spec(v) for v in variants]
+        specs += [parse_module_spec(v) for v in variants]
     if args.extra:
-        specs += [parse_spec(s) for s in args.extra.split(";") if s.strip()]
+        specs += [parse_module_spec(s) for s in args.extra.split(";") if s.strip()]
     if not args.no_references:
-        specs += [parse_spec(r) for r in REFERENCES]
+        specs += [parse_module_spec(r) for r in REFERENCES]
     seen = set()
     out = []
     for s in specs:

@@ -17,7 +17,7 @@ from .mdp import (
     success_probability,
 )
 from .metrics import agreement, bootstrap_ci, pearson, rankdata, spearman
-from .modules import Inputs, ModuleSpec, default_specs, parse_spec, run_spec
+from .modules import Inputs, ModuleSpec, default_specs, parse_module_spec, run_module_spec
 from .policies import preference_logits, softmax_policy, uniform_policy
 from .sampler import Rollouts, sample_groups, to_step_batch
 
@@ -32,11 +32,11 @@ __all__ = [
     "default_specs",
     "distance_to_win",
     "evaluate_policy",
-    "parse_spec",
+    "parse_module_spec",
     "pearson",
     "preference_logits",
     "rankdata",
-    "run_spec",
+    "run_module_spec",
     "sample_groups",
     "softmax_policy",
     "spearman",

@@ -21,7 +21,7 @@ import numpy as np
 
 from .mdp import success_probability
 from .metrics import agreement
-from .modules import Inputs, ModuleSpec, run_spec, state_embedding
+from .modules import Inputs, ModuleSpec, run_module_spec, state_embedding
 from .policies import preference_logits, softmax_policy, uniform_policy
 from .sampler import sample_groups
 from .tasks import draw_tasks
@@ -116,7 +116,7 @@ def run_fidelity(
                     for spec in specs:
                         if spec.name == "ref:true-advantage":
                             continue
-                        adv, st = run_spec(spec, inputs)
+                        adv, st = run_module_spec(spec, inputs)
                         _note(status, spec.label, st)
                         if adv is None:
                             continue
@@ -188,7 +188,7 @@ def train_tabular(
         policy = softmax_policy(theta, mdp.mask)
         curve[it] = success_probability(mdp, policy).mean()
         rollouts = sample_groups(mdp, policy, group_size, rng)
-        adv, status = run_spec(spec, Inputs(mdp, policy, rollouts, embedding))
+        adv, status = run_module_spec(spec, Inputs(mdp, policy, rollouts, embedding))
         if adv is None:
             return np.full(iterations + 1, np.nan), status
         grad = np.zeros_like(theta)

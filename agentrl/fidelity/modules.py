@@ -3,7 +3,7 @@
 Every module registered in :mod:`credit` is measured with its default options (plus any variants
 named on the command line as ``name:opt=value,opt=value``). Optional step-batch columns are
 supplied from the exact model, and the report says so (``value`` and ``embedding`` only to the
-modules that ask for them, see :func:`run_spec`):
+modules that ask for them, see :func:`run_module_spec`):
 
 - ``value``: the true V^pi(s_t) with the module's own ``gamma`` (1.0 if it has none) and the
   step's steps-left: a perfect critic. A critic-based module is therefore an upper reference,
@@ -42,8 +42,8 @@ __all__ = [
     "ModuleSpec",
     "default_specs",
     "module_gamma",
-    "parse_spec",
-    "run_spec",
+    "parse_module_spec",
+    "run_module_spec",
     "state_embedding",
 ]
 
@@ -71,7 +71,7 @@ LEFT_OUT = {
 }
 
 
-def parse_spec(text: str) -> ModuleSpec:
+def parse_module_spec(text: str) -> ModuleSpec:
     """``"gigpo"``, ``"gigpo:mode=mean,gamma=0.9"`` (values parsed as Python literals), or
     ``"compose:{...}"`` (options as one Python/JSON dict literal, for nested options)."""
     text = text.strip()
@@ -163,7 +163,7 @@ def state_embedding(num_states: int, rng: np.random.Generator, dim: int = EMBED_
 SUPPLIED = ("value", "embedding", "observation", "next_state_key")
 
 
-def run_spec(spec: ModuleSpec, inputs: Inputs) -> tuple[np.ndarray | None, str]:
+def run_module_spec(spec: ModuleSpec, inputs: Inputs) -> tuple[np.ndarray | None, str]:
     """(advantages, status). Status is ``"ok"``, ``"skipped: ..."`` (an input the lab cannot
     supply honestly, or a required option) or ``"failed: ..."`` (the module raised).
 

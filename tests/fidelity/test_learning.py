@@ -3,7 +3,7 @@
 import numpy as np
 
 from agentrl.fidelity.experiment import adam_step, train_tabular
-from agentrl.fidelity.modules import parse_spec, state_embedding
+from agentrl.fidelity.modules import parse_module_spec, state_embedding
 from agentrl.fidelity.tasks import draw_tasks
 
 
@@ -18,7 +18,7 @@ def test_learning_raises_success():
     emb = state_embedding(mdp.num_states, np.random.default_rng(1))
     for name, target in (("ref:true-advantage", 0.9), ("grpo", None)):
         curve, status = train_tabular(
-            mdp, parse_spec(name), 8, 30, 0.1, np.random.default_rng(2), emb
+            mdp, parse_module_spec(name), 8, 30, 0.1, np.random.default_rng(2), emb
         )
         assert status == "ok" and len(curve) == 31
         assert curve[-1] > curve[0] + 0.2, (name, curve)

@@ -13,8 +13,8 @@ from agentrl.fidelity.modules import (
     ModuleSpec,
     default_specs,
     module_gamma,
-    parse_spec,
-    run_spec,
+    parse_module_spec,
+    run_module_spec,
     state_embedding,
 )
 from agentrl.fidelity.policies import uniform_policy
@@ -36,14 +36,14 @@ def test_every_registered_module_is_measured():
     assert labels == [m for m in credit.available() if m not in LEFT_OUT]
     inputs = _inputs()
     for spec in default_specs():
-        adv, status = run_spec(spec, inputs)
+        adv, status = run_module_spec(spec, inputs)
         assert status == "ok", (spec.label, status)
         assert adv.shape == (len(inputs.rollouts),) and np.isfinite(adv).all()
 
 
 def test_grpo_through_the_harness_equals_credit_compute():
     inputs = _inputs()
-    adv, _ = run_spec(parse_spec("grpo:mode=mean"), inputs)
+    adv, _ = run_module_spec(parse_module_spec("grpo:mode=mean"), inputs)
     ref = credit.compute(to_step_batch(inputs.rollouts), "grpo", mode="mean").advantages
     np.testing.assert_allclose(adv, ref)
 
@@ -54,12 +54,12 @@ def test_reference_estimators_by_hand():
     pi = uniform_policy(mdp)
     r = sample_groups(mdp, pi, 50, np.random.default_rng(3))
     inputs = Inputs(mdp, pi, r, np.eye(3))
-    mc, status = run_spec(parse_spec("ref:mc-minus-true-V"), inputs)
+    mc, status = run_module_spec(parse_module_spec("ref:mc-minus-true-V"), inputs)
     assert status == "ok"
     G = r.discounted_returns(1.0)
     V = np.where(r.t == 0, np.where(r.state == 0, 1.75, 4.75), np.where(r.state == 0, -0.5, 5.0))
     np.testing.assert_allclose(mc, G - V)
-    true, _ = run_spec(parse_spec("ref:true-advantage"), inputs)
+    true, _ = run_module_spec(parse_module_spec("ref:true-advantage"), inputs)
     np.testing.assert_allclose(true, inputs.true_advantage(1.0))
 
 
@@ -69,7 +69,7 @@ def test_one_step_gae_with_the_true_critic_is_the_true_advantage():
     if "gae" not in credit.available():
         pytest.fail("the gae credit module is not registered")
     inputs = _inputs()
-    adv, status = run_spec(parse_spec("gae:lam=0.0,gamma=1.0"), inputs)
+    adv, status = run_module_spec(parse_module_spec("gae:lam=0.0,gamma=1.0"), inputs)
     assert status == "ok"
     np.testing.assert_allclose(adv, inputs.true_advantage(1.0), atol=1e-4)
 
@@ -91,14 +91,14 @@ def test_value_column_is_the_true_value_at_the_modules_gamma(monkeypatch):
     monkeypatch.setitem(credit_registry._MODULES, "plain", plain)
     monkeypatch.setitem(credit_registry._NEEDS, "plain", frozenset())
     inputs = _inputs()
-    spec = parse_spec("probe")
+    spec = parse_module_spec("probe")
     assert module_gamma(spec) == 0.5
-    _, status = run_spec(spec, inputs)
+    _, status = run_module_spec(spec, inputs)
     assert status == "ok"
     np.testing.assert_allclose(seen["value"], inputs.true_value(0.5))
     assert seen["embedding"].shape == (len(inputs.rollouts), 64)
     # A module that does not declare them gets neither column (they are built on demand).
-    assert run_spec(parse_spec("plain"), inputs)[1] == "ok"
+    assert run_module_spec(parse_module_spec("plain"), inputs)[1] == "ok"
     assert seen["plain"] == (None, None)
 
 
@@ -119,23 +119,29 @@ def test_missing_inputs_and_failures_are_reported_not_raised(monkeypatch):
     ):
         monkeypatch.setitem(credit_registry._MODULES, name, fn)
     inputs = _inputs(4)
-    assert run_spec(parse_spec("needs_column"), inputs)[1].startswith(
+    assert run_module_spec(parse_module_spec("needs_column"), inputs)[1].startswith(
         "skipped: this credit module needs"
     )
     assert (
-        run_spec(parse_spec("needs_option"), inputs)[1]
+        run_module_spec(parse_module_spec("needs_option"), inputs)[1]
         == "skipped: needs option(s) weight with no default"
     )
-    assert run_spec(parse_spec("broken"), inputs)[1] == "failed: ZeroDivisionError: boom"
+    assert (
+        run_module_spec(parse_module_spec("broken"), inputs)[1] == "failed: ZeroDivisionError: boom"
+    )
 
 
 def test_parse_spec():
-    assert parse_spec("grpo:mode=mean") == ModuleSpec("grpo[mode=mean]", "grpo", {"mode": "mean"})
-    assert parse_spec("ref:mc-minus-true-V:gamma=0.95").options == {"gamma": 0.95}
-    nested = parse_spec("compose:{'base': 'rloo', 'terms': [{'name': 'gigpo', 'weight': 0.5}]}")
+    assert parse_module_spec("grpo:mode=mean") == ModuleSpec(
+        "grpo[mode=mean]", "grpo", {"mode": "mean"}
+    )
+    assert parse_module_spec("ref:mc-minus-true-V:gamma=0.95").options == {"gamma": 0.95}
+    nested = parse_module_spec(
+        "compose:{'base': 'rloo', 'terms': [{'name': 'gigpo', 'weight': 0.5}]}"
+    )
     assert nested.options == {"base": "rloo", "terms": [{"name": "gigpo", "weight": 0.5}]}
     assert nested.label == "compose[base=rloo,terms=[{name:gigpo,weight:0.5}]]"
     with pytest.raises(ValueError, match="unknown credit module"):
-        parse_spec("no_such_module")
+        parse_module_spec("no_such_module")
     with pytest.raises(ValueError, match="key=value"):
-        parse_spec("grpo:mean")
+        parse_module_spec("grpo:mean")
