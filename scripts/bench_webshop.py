@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from agentrl.envs.webshop import WebShopEnv, generated_catalogue  # noqa: E402
 
@@ -112,6 +113,30 @@ def bench_latency(n: int, root: Path, episodes: int) -> dict:
     }
 
 
+def bench_search(n: int, root: Path, num_queries: int = 1200) -> dict:
+    """Search latency alone over the four query kinds of ``scripts/compare_lucene.py``
+    (instruction, goal query, product title, attributes + query): median and p90, wall and CPU."""
+    from compare_lucene import make_queries
+
+    cat = generated_catalogue(n, cache_dir=root)
+    queries = [q for _, q in make_queries(cat, num_queries, 1)]
+    for q in queries[:50]:  # warm the page cache and the analyser's caches
+        cat.search(q)
+    wall, cpu = [], []
+    for q in queries:
+        t0, c0 = time.perf_counter(), time.process_time()
+        cat.search(q)
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    wall.sort()
+    return {
+        "search_queries": len(queries),
+        "search_wall_median_ms": 1e3 * statistics.median(wall),
+        "search_wall_p90_ms": 1e3 * wall[int(0.9 * len(wall))],
+        "search_cpu_median_ms": 1e3 * statistics.median(cpu),
+    }
+
+
 def bench_memory_in_process(n: int, root: Path, extra: int = 20) -> dict:
     first = WebShopEnv(num_products=n, cache_dir=str(root))
     rng = random.Random(2)
@@ -184,6 +209,9 @@ def main() -> None:
         "--cache-dir", default=None, help="where catalogues are built (default: a fresh temp dir)"
     )
     ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument(
+        "--search-only", action="store_true", help="only build and time searches (1,200 queries)"
+    )
     args = ap.parse_args()
 
     root = Path(args.cache_dir or tempfile.mkdtemp(prefix="bench-webshop-"))
@@ -191,6 +219,15 @@ def main() -> None:
     for n in args.sizes:
         r = {"products": n}
         r.update(bench_build(n, root))
+        if args.search_only:
+            r.update(bench_search(n, root))
+            results[n] = r
+            print(
+                f"{n:,} products: build {r['build_s']:.1f} s, index {r['index_mb']:.1f} MB; search over "
+                f"{r['search_queries']} queries: median {r['search_wall_median_ms']:.2f} ms "
+                f"(CPU {r['search_cpu_median_ms']:.2f} ms), p90 {r['search_wall_p90_ms']:.2f} ms"
+            )
+            continue
         r.update(bench_latency(n, root, args.episodes))
         r.update(bench_memory_in_process(n, root))
         r.update(bench_memory_workers(n, root, args.workers))

@@ -2,14 +2,12 @@
 
 Modules: ``generate`` (seeded catalogues and instructions), ``original`` (the reference's data
 files), ``store`` (the on-disk, memory-mapped catalogue shared by every env and process),
-``search`` (BM25 with bm25s), ``reward`` (the paper's purchase reward), ``pages`` (the pages as
+``lucene``/``porter``/``search`` (BM25 ranking identical to the reference's Lucene index), ``reward`` (the paper's purchase reward), ``pages`` (the pages as
 text), ``env`` (the Gymnasium env). See ``docs/envs/webshop.md``.
 """
 
 try:
-    import bm25s  # noqa: F401
     import rapidfuzz  # noqa: F401
-    import Stemmer  # noqa: F401
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError(
         f"agentrl/WebShop-v0 needs the 'webshop' extra: pip install 'agentrl[webshop]' ({exc})"

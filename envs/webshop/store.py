@@ -35,7 +35,7 @@ from .search import SEARCH_RETURN_N, BM25Index
 
 __all__ = ["STORE_VERSION", "Catalogue", "ensure_catalogue", "open_catalogue", "write_catalogue"]
 
-STORE_VERSION = 1
+STORE_VERSION = 2  # 2: Lucene-identical BM25 index (search.py)
 
 
 def search_document(product: dict[str, Any]) -> str:
@@ -131,12 +131,13 @@ def write_catalogue(
     tmp.mkdir(parents=True)
     try:
         docs: list[str] = []
-        n = _Records.write(
-            products,
-            tmp / "products.bin",
-            tmp / "products.npy",
-            lambda p: docs.append(search_document(p)),
-        )
+        asins: list[str] = []
+
+        def collect(p: dict[str, Any]) -> None:
+            docs.append(search_document(p))
+            asins.append(p["asin"])
+
+        n = _Records.write(products, tmp / "products.bin", tmp / "products.npy", collect)
         if n == 0:
             raise ValueError("a catalogue needs at least one product")
         goal_iter = goals(n) if callable(goals) else goals
@@ -144,7 +145,7 @@ def write_catalogue(
         if num_goals == 0:
             raise ValueError("a catalogue needs at least one goal (instruction)")
         (tmp / "index").mkdir()
-        BM25Index.build(docs, tmp / "index")
+        BM25Index.build(docs, asins, tmp / "index")
         meta = dict(
             meta,
             version=STORE_VERSION,

@@ -1,7 +1,7 @@
 """Text processing shared by the search engine and the reward: tokens, stems, colours.
 
-- Search tokens follow what the reference's Lucene (pyserini) analyzer does: lower-case word
-  tokens, Lucene's English stop words removed, Porter stems (here via PyStemmer's ``porter``).
+- Search tokens are the terms of the reference's Lucene (pyserini) English analyser
+  (``lucene.py``: StandardTokenizer, possessive filter, lower case, stop words, Porter stems).
 - ``normalize_color`` maps an option value to the first colour word it contains, as the
   reference does before comparing options (same colour list).
 - ``content_words`` is our lexical stand-in for the reference's spacy noun extraction in the
@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-import Stemmer
+from .lucene import LUCENE_STOP_WORDS, MAX_TOKEN_LENGTH, analyze
 
 __all__ = [
     "COLOR_SET",
@@ -24,50 +24,10 @@ __all__ = [
     "search_tokens",
 ]
 
-#: Lucene's default English stop set (``EnglishAnalyzer.ENGLISH_STOP_WORDS_SET``).
-LUCENE_STOP_WORDS = frozenset(
-    [
-        "a",
-        "an",
-        "and",
-        "are",
-        "as",
-        "at",
-        "be",
-        "but",
-        "by",
-        "for",
-        "if",
-        "in",
-        "into",
-        "is",
-        "it",
-        "no",
-        "not",
-        "of",
-        "on",
-        "or",
-        "such",
-        "that",
-        "the",
-        "their",
-        "then",
-        "there",
-        "these",
-        "they",
-        "this",
-        "to",
-        "was",
-        "will",
-        "with",
-    ]
-)
-
-#: Longer tokens are dropped from documents and queries alike (keeps the vocabulary compact).
-MAX_TOKEN_CHARS = 40
+#: Longer tokens are cut into pieces by the tokenizer (Lucene's ``maxTokenLength``).
+MAX_TOKEN_CHARS = MAX_TOKEN_LENGTH
 
 _WORD_RE = re.compile(r"[^\W_]+")
-_STEMMER = Stemmer.Stemmer("porter")
 
 #: Colour words, in the reference's order (the first one contained in a value wins).
 COLOR_SET = [
@@ -177,13 +137,9 @@ COLOR_SET = [
 
 
 def search_tokens(text: str) -> list[str]:
-    """Analyse ``text`` for BM25: lower-case words, stop words removed, Porter stems."""
-    words = [
-        w
-        for w in _WORD_RE.findall(text.lower())
-        if w not in LUCENE_STOP_WORDS and len(w) <= MAX_TOKEN_CHARS
-    ]
-    return _STEMMER.stemWords(words)
+    """The terms the search index holds for ``text`` (Lucene's English analyser, see
+    ``lucene.py``)."""
+    return analyze(text)
 
 
 def normalize_color(value: str) -> str:

@@ -270,4 +270,4 @@ def test_pool_workers_share_the_catalogue_files(cache, start_method):
             with open(f"/proc/{pid}/maps") as f:
                 mapped = f.read()
             # the records and the index are memory-mapped from the one catalogue on disk
-            assert f"{root}/products.bin" in mapped and f"{root}/index/data.csc.index.npy" in mapped
+            assert f"{root}/products.bin" in mapped and f"{root}/index/post_docs.npy" in mapped
