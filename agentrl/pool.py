@@ -1,15 +1,24 @@
-"""A pool of text environments stepped in parallel worker processes.
+"""A pool of text environments stepped in parallel: worker processes here, or Ray actors.
 
 ``EnvPool`` holds N environments. With ``num_workers=0`` they live in this process; otherwise env
 ``i`` lives in worker ``i % num_workers`` and every call sends one message per worker, so the
-workers step their envs concurrently. There is no automatic reset: the caller resets each env with
-its own seed and options, which is how a group of rollouts starts from one task.
+workers step their envs concurrently. ``agentrl.pool_ray.RayEnvPool`` keeps the same contract with
+the envs in Ray actors, anywhere on a Ray cluster; :func:`make_pool` picks the backend. There is
+no automatic reset: the caller resets each env with its own seed and options, which is how a group
+of rollouts starts from one task.
 
 Failures never take the pool down:
 
 - an env that raises ends its episode as truncated, with ``info["error"]`` naming the exception;
-- a worker that dies (or exceeds ``step_timeout``) is restarted with fresh envs; every episode it
-  held ends as truncated with ``info["error"]`` saying what happened, and must be reset.
+- an env whose result cannot be pickled (say, an ``info`` holding a lock) ends only its own
+  episode, with ``info["error"]`` naming the field that could not be sent;
+- a worker that dies (or does not answer within ``step_timeout``) is restarted with fresh envs;
+  every episode it held ends as truncated with ``info["error"]`` saying what happened, and must
+  be reset.
+
+``step_timeout`` is one deadline per call: every worker answers within it, however many of them
+hang. Building the envs (at start and after a restart) is not timed; it happens before a
+worker's first call.
 
 The pool imports no torch; it is shared by training, evaluation and benchmarks.
 """
@@ -18,15 +27,21 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
+import pickle
 import signal
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from multiprocessing.connection import wait
 from typing import Any, NamedTuple
 
 import gymnasium as gym
 
-__all__ = ["EnvPool", "EnvSpec", "StepResult"]
+__all__ = ["BACKENDS", "EnvPool", "EnvSpec", "StepResult", "make_pool"]
+
+#: Values of ``env.backend``.
+BACKENDS = ("process", "ray")
 
 
 @dataclass(frozen=True)
@@ -51,9 +66,12 @@ class StepResult(NamedTuple):
 
 
 EnvFn = Callable[[], gym.Env]
+#: What a worker answers per env: ``(env index, ok, result or error text)``.
+Reply = tuple[int, bool, Any]
 
 
-def _run(env: gym.Env, op: str, args: tuple) -> tuple[bool, Any]:
+# -- what runs inside a worker (process or Ray actor) ------------------------------------------
+def run_op(env: gym.Env, op: str, args: tuple) -> tuple[bool, Any]:
     """Apply one operation to one env; returns (ok, result or error text)."""
     try:
         if op == "reset":
@@ -68,15 +86,77 @@ def _run(env: gym.Env, op: str, args: tuple) -> tuple[bool, Any]:
         return False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
 
 
+def _unpicklable_part(op: str, value: Any) -> str:
+    """Name the part of a result that pickle rejects (``info['key']``, ``observation``, ...)."""
+    if op == "step" and isinstance(value, StepResult):
+        parts = {f: getattr(value, f) for f in StepResult._fields if f != "info"}
+        parts.update({f"info[{k!r}]": v for k, v in value.info.items()})
+    elif op == "reset" and isinstance(value, tuple) and len(value) == 2:
+        parts = {"observation": value[0]}
+        info = value[1] if isinstance(value[1], dict) else {}
+        parts.update({f"info[{k!r}]": v for k, v in info.items()})
+    else:
+        return "the result"
+    for name, part in parts.items():
+        try:
+            pickle.dumps(part)
+        except Exception:
+            return name
+    return "the result"
+
+
+def encode_replies(op: str, replies: list[Reply]) -> bytes:
+    """Pickle a worker's replies; a result that cannot be pickled becomes an error for its env.
+
+    Only the env whose result fails is affected: its reply turns into ``(i, False, why)`` naming
+    the field and the pickling error, and the other envs' replies go through unchanged.
+    """
+    try:
+        return pickle.dumps(replies, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        pass
+    safe: list[Reply] = []
+    for i, ok, value in replies:
+        try:
+            pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+            safe.append((i, ok, value))
+        except Exception as exc:
+            part = _unpicklable_part(op, value) if ok else "the error text"
+            why = (
+                f"{op} result of env {i} cannot be sent from its worker: {part} cannot be "
+                f"pickled ({type(exc).__name__}: {exc})"
+            )
+            safe.append((i, False, why))
+    return pickle.dumps(safe, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def build_envs(env_fns: dict[int, EnvFn]) -> tuple[dict[int, gym.Env] | None, str | None]:
+    """Build a worker's envs; returns (envs, None) or (None, why) naming the env that failed."""
+    envs: dict[int, gym.Env] = {}
+    for i, fn in env_fns.items():
+        try:
+            envs[i] = fn()
+        except Exception as exc:
+            for env in envs.values():
+                with contextlib.suppress(Exception):
+                    env.close()
+            return None, f"building env {i} failed: {type(exc).__name__}: {exc}"
+    return envs, None
+
+
 def _worker(conn, env_fns: dict[int, EnvFn]) -> None:
-    envs = {i: fn() for i, fn in env_fns.items()}
+    envs, why = build_envs(env_fns)
+    conn.send_bytes(pickle.dumps(("ready", why)))
+    if envs is None:
+        conn.close()
+        return
     try:
         while True:
             msg = conn.recv()
             if msg is None:
                 break
             op, items = msg
-            conn.send([(i, *_run(envs[i], op, args)) for i, args in items])
+            conn.send_bytes(encode_replies(op, [(i, *run_op(envs[i], op, a)) for i, a in items]))
     except (EOFError, KeyboardInterrupt):
         pass
     finally:
@@ -85,55 +165,26 @@ def _worker(conn, env_fns: dict[int, EnvFn]) -> None:
                 env.close()
 
 
-class _Worker:
-    def __init__(self, ctx, env_fns: dict[int, EnvFn]):
-        self.env_fns = env_fns
-        self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_worker, args=(child, env_fns), daemon=True)
-        self.process.start()
-        child.close()
+# -- the backend-independent contract -----------------------------------------------------------
+class BasePool:
+    """Episode bookkeeping shared by the backends: cut episodes, last observations, retries.
 
-    def kill(self) -> None:
-        if self.process.is_alive():
-            self.process.kill()
-        self.process.join(timeout=5)
-        self.conn.close()
-
-
-class EnvPool:
-    """Many envs, stepped together.
-
-    Args:
-        env_fns: one picklable zero-argument callable per env (e.g. :class:`EnvSpec`).
-        num_workers: worker processes; 0 keeps every env in this process.
-        mp_context: multiprocessing start method (``"forkserver"``, ``"spawn"`` or ``"fork"``).
-        step_timeout: seconds a worker may take to answer one call before it is killed and
-            restarted (``None``: wait forever).
+    A backend sets ``self.num_groups`` (worker processes or actors; 0 keeps envs in this process)
+    and implements :meth:`_exchange`, which sends each group its items, waits under one deadline
+    and replaces the groups that failed.
     """
 
-    def __init__(
-        self,
-        env_fns: Sequence[EnvFn],
-        num_workers: int = 0,
-        mp_context: str = "forkserver",
-        step_timeout: float | None = None,
-    ):
-        if num_workers < 0:
-            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+    def __init__(self, env_fns: Sequence[EnvFn], num_groups: int, step_timeout: float | None):
+        if step_timeout is not None and not step_timeout > 0:
+            raise ValueError(f"step_timeout must be > 0 seconds or None, got {step_timeout}")
         self.env_fns = list(env_fns)
         self.num_envs = len(self.env_fns)
-        self.num_workers = min(num_workers, self.num_envs)
+        self.num_groups = min(num_groups, self.num_envs)
         self.step_timeout = step_timeout
         self.restarts = 0
         # Last observation/info per env: what a cut episode reports.
         self._last: list[tuple[str, dict[str, Any]]] = [("", {}) for _ in range(self.num_envs)]
         self._broken: dict[int, str] = {}  # env index -> why its episode was cut (until reset)
-        if self.num_workers == 0:
-            self._envs = [fn() for fn in self.env_fns]
-            self._workers: list[_Worker] = []
-        else:
-            self._ctx = mp.get_context(mp_context)
-            self._workers = [self._start(w) for w in range(self.num_workers)]
 
     # -- public API ----------------------------------------------------------------------------
     def reset(
@@ -197,22 +248,12 @@ class EnvPool:
         return values
 
     def close(self) -> None:
-        for w in self._workers:
-            with contextlib.suppress(BrokenPipeError, OSError):
-                w.conn.send(None)
-            w.process.join(timeout=5)
-            w.kill()
-        self._workers = []
-        for env in getattr(self, "_envs", []):
-            env.close()
-
-    def worker_pids(self) -> list[int]:
-        return [w.process.pid for w in self._workers]
+        raise NotImplementedError
 
     def __len__(self) -> int:
         return self.num_envs
 
-    def __enter__(self) -> EnvPool:
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -228,9 +269,9 @@ class EnvPool:
             raise ValueError("env indices must be distinct within one call")
         return idx
 
-    def _start(self, w: int) -> _Worker:
-        fns = {i: self.env_fns[i] for i in range(w, self.num_envs, self.num_workers)}
-        return _Worker(self._ctx, fns)
+    def _group_envs(self, g: int) -> dict[int, EnvFn]:
+        """The envs of group ``g``: env ``i`` lives in group ``i % num_groups``."""
+        return {i: self.env_fns[i] for i in range(g, self.num_envs, self.num_groups)}
 
     def _cut(self, i: int, why: str) -> StepResult:
         obs, info = self._last[i]
@@ -241,60 +282,164 @@ class EnvPool:
     def _dispatch(
         self, op: str, idx: list[int], args: list[tuple], retry: bool = False
     ) -> list[tuple[bool, Any]]:
-        if self.num_workers == 0:
-            return [_run(self._envs[i], op, a) for i, a in zip(idx, args)]
-        by_worker: dict[int, list[tuple[int, tuple]]] = {}
-        for i, a in zip(idx, args):
-            by_worker.setdefault(i % self.num_workers, []).append((i, a))
-        answers: dict[int, tuple[bool, Any]] = {}
-        crashed: set[int] = set()
-        sent = []
-        for w, items in by_worker.items():
-            try:
-                self._workers[w].conn.send((op, items))
-                sent.append(w)
-            except (BrokenPipeError, OSError):
-                self._fail_worker(w, items, self._death(w), answers, crashed)
-        for w in sent:
-            items = by_worker[w]
-            reply = self._receive(w)
-            if isinstance(reply, str):
-                self._fail_worker(w, items, reply, answers, crashed)
-            else:
-                answers.update({i: (ok, value) for i, ok, value in reply})
-        if retry:  # resets and calls are retried once on a restarted worker
-            for i, a in zip(idx, args):
-                if i not in crashed:
-                    continue
-                w = i % self.num_workers
-                try:
-                    self._workers[w].conn.send((op, [(i, a)]))
-                    reply = self._receive(w)
-                except (BrokenPipeError, OSError):
-                    reply = self._death(w)
-                if isinstance(reply, str):
-                    self._fail_worker(w, [(i, a)], reply, answers, crashed)
-                else:
-                    answers[i] = (reply[0][1], reply[0][2])
+        """Run ``op`` on the envs ``idx``; resets and calls are retried once after a crash."""
+        if self.num_groups == 0:
+            return [run_op(self._local[i], op, a) for i, a in zip(idx, args)]
+        answers, crashed = self._round(op, list(zip(idx, args)))
+        if retry and crashed:
+            again, _ = self._round(op, [(i, a) for i, a in zip(idx, args) if i in crashed])
+            answers.update(again)
         return [answers[i] for i in idx]
 
-    def _receive(self, w: int) -> list | str:
-        """One worker's reply, or a string saying why none came."""
-        worker = self._workers[w]
-        waited = 0.0
-        while True:
+    def _round(
+        self, op: str, items: list[tuple[int, tuple]]
+    ) -> tuple[dict[int, tuple[bool, Any]], set[int]]:
+        """One message per group, one deadline; failed groups are replaced and their envs cut."""
+        by_group: dict[int, list[tuple[int, tuple]]] = {}
+        for i, a in items:
+            by_group.setdefault(i % self.num_groups, []).append((i, a))
+        replies, failed = self._exchange(op, by_group)
+        answers = {i: (ok, value) for i, ok, value in replies}
+        crashed: set[int] = set()
+        for g, why in failed.items():
+            self.restarts += 1
+            for i in self._group_envs(g):
+                self._broken[i] = why
+            for i, _ in by_group[g]:
+                answers[i] = (False, why)
+                crashed.add(i)
+        return answers, crashed
+
+    def _exchange(
+        self, op: str, by_group: dict[int, list[tuple[int, tuple]]]
+    ) -> tuple[list[Reply], dict[int, str]]:
+        """Send, wait (one deadline), restart failures: (replies, {group: why it failed})."""
+        raise NotImplementedError
+
+    def _deadline(self) -> float | None:
+        return None if self.step_timeout is None else time.monotonic() + self.step_timeout
+
+
+# -- worker processes ---------------------------------------------------------------------------
+class _Worker:
+    def __init__(self, ctx, env_fns: dict[int, EnvFn]):
+        self.env_fns = env_fns
+        self.ready = False
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_worker, args=(child, env_fns), daemon=True)
+        self.process.start()
+        child.close()
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(timeout=5)
+        self.conn.close()
+
+
+class EnvPool(BasePool):
+    """Many envs, stepped together in worker processes on this machine.
+
+    Args:
+        env_fns: one picklable zero-argument callable per env (e.g. :class:`EnvSpec`).
+        num_workers: worker processes; 0 keeps every env in this process.
+        mp_context: multiprocessing start method (``"forkserver"``, ``"spawn"`` or ``"fork"``).
+        step_timeout: seconds every worker has to answer one call before the late ones are killed
+            and restarted (``None``: wait forever). Not enforced with 0 workers.
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[EnvFn],
+        num_workers: int = 0,
+        mp_context: str = "forkserver",
+        step_timeout: float | None = None,
+    ):
+        if num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        super().__init__(env_fns, num_workers, step_timeout)
+        self.num_workers = self.num_groups
+        if self.num_workers == 0:
+            self._local = [fn() for fn in self.env_fns]
+            self._workers: list[_Worker] = []
+        else:
+            self._ctx = mp.get_context(mp_context)
+            self._workers = [
+                _Worker(self._ctx, self._group_envs(w)) for w in range(self.num_workers)
+            ]
+
+    def close(self) -> None:
+        for w in self._workers:
+            with contextlib.suppress(BrokenPipeError, OSError):
+                w.conn.send(None)
+        for w in self._workers:
+            w.process.join(timeout=5)
+            w.kill()
+        self._workers = []
+        for env in getattr(self, "_local", []):
+            env.close()
+        self._local = []
+
+    def worker_pids(self) -> list[int]:
+        return [w.process.pid for w in self._workers]
+
+    # -- internals -----------------------------------------------------------------------------
+    def _await_ready(self, ws: list[int]) -> None:
+        """Wait (untimed) until workers ``ws`` have built their envs; raise if one cannot."""
+        for w in ws:
+            worker = self._workers[w]
+            if worker.ready:
+                continue
             try:
-                if worker.conn.poll(0.1):
-                    return worker.conn.recv()
+                _, why = pickle.loads(worker.conn.recv_bytes())
             except (EOFError, OSError):
-                return self._death(w)
-            if not worker.process.is_alive():
-                return self._death(w)
-            waited += 0.1
-            if self.step_timeout is not None and waited >= self.step_timeout:
-                return (
-                    f"worker {w} (pid {worker.process.pid}) timed out after {self.step_timeout} s"
-                )
+                why = f"{self._death(w)} while building its envs"
+            if why is not None:
+                raise RuntimeError(f"env worker {w}: {why}")
+            worker.ready = True
+
+    def _exchange(
+        self, op: str, by_group: dict[int, list[tuple[int, tuple]]]
+    ) -> tuple[list[Reply], dict[int, str]]:
+        self._await_ready(list(by_group))
+        replies: list[Reply] = []
+        failed: dict[int, str] = {}
+        pending: dict[Any, int] = {}
+        for w, items in by_group.items():
+            try:
+                self._workers[w].conn.send((op, items))
+                pending[self._workers[w].conn] = w
+            except (BrokenPipeError, OSError):
+                failed[w] = self._death(w)
+        deadline = self._deadline()
+        while pending:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            sentinels = {self._workers[w].process.sentinel: w for w in pending.values()}
+            ready = wait([*pending, *sentinels], timeout=left)
+            if not ready:  # the deadline passed: every worker still pending is late
+                for w in pending.values():
+                    failed[w] = (
+                        f"worker {w} (pid {self._workers[w].process.pid}) timed out after "
+                        f"{self.step_timeout} s"
+                    )
+                break
+            for obj in ready:
+                w = pending.get(obj, sentinels.get(obj))
+                if w is None or self._workers[w].conn not in pending:
+                    continue
+                conn = self._workers[w].conn
+                try:
+                    if obj is conn or conn.poll():
+                        replies.extend(pickle.loads(conn.recv_bytes()))
+                    else:  # the process ended without answering
+                        failed[w] = self._death(w)
+                except (EOFError, OSError):
+                    failed[w] = self._death(w)
+                del pending[conn]
+        for w in failed:
+            self._workers[w].kill()
+            self._workers[w] = _Worker(self._ctx, self._group_envs(w))
+        return replies, failed
 
     def _death(self, w: int) -> str:
         """Why worker ``w`` is gone, with its exit code or the signal that killed it."""
@@ -310,13 +455,38 @@ class EnvPool:
             how = f"died with exit code {code}"
         return f"worker {w} (pid {process.pid}) {how}"
 
-    def _fail_worker(self, w: int, items: list, why: str, answers: dict, crashed: set) -> None:
-        """Restart worker ``w``; every episode it held is cut."""
-        self._workers[w].kill()
-        self._workers[w] = self._start(w)
-        self.restarts += 1
-        for i in self._workers[w].env_fns:
-            self._broken[i] = why
-        for i, _ in items:
-            answers[i] = (False, why)
-            crashed.add(i)
+
+def make_pool(
+    specs: Sequence[EnvFn],
+    *,
+    backend: str = "process",
+    num_workers: int = 0,
+    step_timeout: float | None = None,
+    ray_address: str | None = None,
+    envs_per_actor: int = 4,
+    actor_num_cpus: float = 1.0,
+    mp_context: str = "forkserver",
+) -> BasePool:
+    """Build the env pool of ``backend`` (``env.backend``): the trainer and evaluation call this.
+
+    ``"process"``: :class:`EnvPool` with ``num_workers`` worker processes (``mp_context``).
+    ``"ray"``: :class:`agentrl.pool_ray.RayEnvPool`, ``envs_per_actor`` envs per actor, each actor
+    reserving ``actor_num_cpus`` CPUs, on the Ray at ``ray_address`` (``None``: ``RAY_ADDRESS``,
+    else the Ray already initialised in this process, else a local Ray); ``num_workers`` is not
+    used. Both have the same methods and failure behaviour.
+    """
+    if backend == "process":
+        return EnvPool(
+            specs, num_workers=num_workers, mp_context=mp_context, step_timeout=step_timeout
+        )
+    if backend == "ray":
+        from .pool_ray import RayEnvPool
+
+        return RayEnvPool(
+            specs,
+            envs_per_actor=envs_per_actor,
+            actor_num_cpus=actor_num_cpus,
+            step_timeout=step_timeout,
+            address=ray_address,
+        )
+    raise ValueError(f"env.backend must be one of {', '.join(BACKENDS)}; got {backend!r}")

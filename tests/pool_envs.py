@@ -1,15 +1,20 @@
-"""Env factories for the pool tests (top-level so worker processes can unpickle them)."""
+"""Env factories for the pool tests (top-level so worker processes and Ray actors can load them)."""
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 from agentrl.envs.sokoban import SokobanEnv
 
 
 class FragileSokoban(SokobanEnv):
-    """Sokoban that kills its process on "die", raises on "raise", and sleeps on "sleep"."""
+    """Sokoban that misbehaves on request.
+
+    "die" ends its process (exit code 3), "raise" raises, "sleep" hangs for 30 s, "unpicklable"
+    returns an ``info`` holding a lock (which pickle rejects); other actions play Sokoban.
+    """
 
     def step(self, action: str):
         if action == "die":
@@ -18,8 +23,16 @@ class FragileSokoban(SokobanEnv):
             raise RuntimeError("boom")
         if action == "sleep":
             time.sleep(30)
+        if action == "unpicklable":
+            obs, reward, terminated, truncated, info = super().step("up")
+            return obs, reward, terminated, truncated, dict(info, handle=threading.Lock())
         return super().step(action)
 
 
 def fragile() -> FragileSokoban:
     return FragileSokoban()
+
+
+def broken() -> FragileSokoban:
+    """An env whose construction fails (a bad config), to check the error names it."""
+    raise ValueError("no such room size")

@@ -1,21 +1,91 @@
-"""The env pool: groups start from one state, results match in-process, failures are contained."""
+"""The env pool, on both backends: groups start from one state, results match in-process, failures
+are contained to the affected episodes, one deadline per call, and close() leaves nothing behind.
+
+The Ray cases share one local Ray (2 CPUs) started by a module-scoped fixture.
+"""
 
 from __future__ import annotations
 
+import math
 import os
 import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
-from pool_envs import fragile
+from pool_envs import broken, fragile
 
-from agentrl.pool import EnvPool, EnvSpec
+from agentrl.pool import EnvPool, EnvSpec, make_pool
 
 SPEC = EnvSpec("Sokoban-v0", {"dim_room": 6, "max_steps": 15})
+ROOT = Path(__file__).resolve().parents[1]
+BACKENDS = ["process", "ray"]
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_group_members_start_from_the_same_state(workers):
-    with EnvPool([SPEC] * 8, num_workers=workers) as pool:
+@pytest.fixture(scope="module")
+def ray_session():
+    """One local Ray for the module; its workers import agentrl and pool_envs from this tree."""
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():
+        yield ray
+        return
+    path = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": path}},
+    )
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    if request.param == "ray":
+        request.getfixturevalue("ray_session")
+    return request.param
+
+
+def open_pool(backend: str, fns, workers: int, **kw):
+    """A pool with ``workers`` worker processes, or as many Ray actors."""
+    if backend == "process":
+        return make_pool(fns, backend="process", num_workers=workers, **kw)
+    per_actor = math.ceil(len(fns) / workers)
+    return make_pool(fns, backend="ray", envs_per_actor=per_actor, actor_num_cpus=0.25, **kw)
+
+
+def kill_worker(pool, backend: str, w: int) -> str:
+    """Kill worker/actor ``w`` from outside; returns the text its episodes' error must contain."""
+    if backend == "process":
+        os.kill(pool.worker_pids()[w], signal.SIGKILL)
+        return "killed by SIGKILL"
+    import ray
+
+    ray.kill(pool.actors[w], no_restart=True)
+    return f"actor {w} (pid {pool.worker_pids()[w]}) died: ActorDiedError"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is gone for our purposes
+        return f.read().split(")")[-1].split()[0] != "Z"
+
+
+def _wait_gone(pids: list[int], seconds: float = 15.0) -> list[int]:
+    end = time.monotonic() + seconds
+    while (left := [p for p in pids if _alive(p)]) and time.monotonic() < end:
+        time.sleep(0.1)
+    return left
+
+
+def test_group_members_start_from_the_same_state(backend):
+    with open_pool(backend, [SPEC] * 8, 2) as pool:
         out = pool.reset(seeds=[5] * 4 + [6] * 4)
         keys = [info["state_key"] for _, info in out]
         obs = [o for o, _ in out]
@@ -24,13 +94,17 @@ def test_group_members_start_from_the_same_state(workers):
         assert len({info["task_id"] for _, info in out[:4]}) == 1
 
 
-def test_workers_give_the_same_results_as_in_process():
+def test_both_backends_give_the_same_results_as_in_process(ray_session):
     actions = ["up", "left", "down", "right", "bad", "UP"]
     traces = []
-    for workers in (0, 2):
-        with EnvPool([SPEC] * 4, num_workers=workers) as pool:
-            pool.reset(seeds=[0, 1, 2, 3])
-            trace = []
+    pools = [
+        lambda: EnvPool([SPEC] * 4, num_workers=0),
+        lambda: open_pool("process", [SPEC] * 4, 2),
+        lambda: open_pool("ray", [SPEC] * 4, 2),
+    ]
+    for make in pools:
+        with make() as pool:
+            trace = [pool.reset(seeds=[0, 1, 2, 3], options=[None, None, {"task_id": "7"}, None])]
             for a in actions:
                 trace += [
                     (r.observation, r.reward, r.terminated, r.truncated, r.info["state_key"])
@@ -38,18 +112,18 @@ def test_workers_give_the_same_results_as_in_process():
                 ]
             trace.append(pool.call(None, "expert_action"))
             traces.append(trace)
-    assert traces[0] == traces[1]
+    assert traces[0] == traces[1] == traces[2]
 
 
-def test_a_killed_worker_is_restarted_and_its_episodes_end_truncated():
-    with EnvPool([SPEC] * 4, num_workers=2) as pool:
+def test_a_killed_worker_is_restarted_and_its_episodes_end_truncated(backend):
+    with open_pool(backend, [SPEC] * 4, 2) as pool:
         pool.reset(seeds=[0, 1, 2, 3])
-        os.kill(pool.worker_pids()[0], signal.SIGKILL)
+        expected = kill_worker(pool, backend, 0)
         results = pool.step([0, 1, 2, 3], ["up"] * 4)
         # Worker 0 held envs 0 and 2.
         for i in (0, 2):
             assert results[i].truncated and not results[i].terminated
-            assert "killed by SIGKILL" in results[i].info["error"]
+            assert expected in results[i].info["error"]
             assert results[i].info["task_id"] == str(i)  # the last known info is kept
         for i in (1, 3):
             assert "error" not in results[i].info
@@ -60,27 +134,47 @@ def test_a_killed_worker_is_restarted_and_its_episodes_end_truncated():
         assert all("error" not in r.info for r in pool.step([0, 1, 2, 3], ["up"] * 4))
 
 
-def test_a_worker_that_exits_mid_step_is_contained():
-    with EnvPool([fragile] * 2, num_workers=2) as pool:
+def test_a_worker_that_exits_mid_step_is_contained(backend):
+    with open_pool(backend, [fragile] * 2, 2) as pool:
         pool.reset(seeds=[0, 1])
         results = pool.step([0, 1], ["die", "up"])
-        assert results[0].truncated and "exit code 3" in results[0].info["error"]
+        assert results[0].truncated
+        assert ("exit code 3" if backend == "process" else "died") in results[0].info["error"]
         assert not results[1].truncated
         pool.reset([0], seeds=[0])
         assert not pool.step([0], ["up"])[0].truncated
 
 
 @pytest.mark.parametrize("workers", [0, 1])
-def test_an_env_exception_ends_only_that_episode(workers):
-    with EnvPool([fragile] * 2, num_workers=workers) as pool:
+def test_an_env_exception_ends_only_that_episode(backend, workers):
+    if backend == "ray" and workers == 0:
+        pytest.skip("a Ray pool always has actors")
+    with open_pool(backend, [fragile] * 2, workers) as pool:
         pool.reset(seeds=[0, 1])
         results = pool.step([0, 1], ["raise", "up"])
         assert results[0].truncated and "RuntimeError: boom" in results[0].info["error"]
         assert not results[1].truncated and "error" not in results[1].info
+        assert pool.restarts == 0
 
 
-def test_a_hanging_worker_times_out_and_is_replaced():
-    with EnvPool([fragile], num_workers=1, step_timeout=1.0) as pool:
+def test_an_unpicklable_info_ends_only_its_own_episode(backend):
+    # Both envs share one worker: the sibling's episode must go on.
+    with open_pool(backend, [fragile] * 2, 1) as pool:
+        pool.reset(seeds=[0, 1])
+        results = pool.step([0, 1], ["unpicklable", "up"])
+        error = results[0].info["error"]
+        assert results[0].truncated and "info['handle'] cannot be pickled" in error
+        assert "env 0" in error and "died" not in error
+        assert not results[1].truncated and "error" not in results[1].info
+        assert pool.restarts == 0
+        assert not pool.step([1], ["down"])[0].truncated
+        assert pool.step([0], ["down"])[0].truncated  # cut until reset
+        pool.reset([0], seeds=[0])
+        assert not pool.step([0], ["down"])[0].truncated
+
+
+def test_a_hanging_worker_times_out_and_is_replaced(backend):
+    with open_pool(backend, [fragile], 1, step_timeout=1.0) as pool:
         pool.reset(seeds=[0])
         result = pool.step([0], ["sleep"])[0]
         assert result.truncated and "timed out" in result.info["error"]
@@ -88,8 +182,30 @@ def test_a_hanging_worker_times_out_and_is_replaced():
         assert not pool.step([0], ["up"])[0].truncated
 
 
-def test_bad_calls_fail_clearly():
-    with EnvPool([SPEC] * 2) as pool:
+def test_one_deadline_per_call_however_many_workers_hang(backend):
+    # Three workers hang in one call: the call returns after ~1 timeout, not 3 (they used to add up).
+    timeout = 1.0
+    with open_pool(backend, [fragile] * 4, 4, step_timeout=timeout) as pool:
+        pool.reset(seeds=[0, 1, 2, 3])
+        start = time.monotonic()
+        results = pool.step([0, 1, 2, 3], ["sleep", "sleep", "sleep", "up"])
+        elapsed = time.monotonic() - start
+        assert elapsed < 2 * timeout, f"{elapsed:.2f} s for one call with step_timeout={timeout}"
+        assert [r.truncated for r in results] == [True, True, True, False]
+        assert all("timed out" in r.info["error"] for r in results[:3])
+        assert pool.restarts == 3
+
+
+def test_an_env_that_cannot_be_built_fails_clearly(backend):
+    with (
+        pytest.raises(RuntimeError, match="building env 1 failed: ValueError: no such room size"),
+        open_pool(backend, [fragile, broken], 1) as pool,
+    ):
+        pool.reset(seeds=[0, 1])
+
+
+def test_bad_calls_fail_clearly(backend):
+    with open_pool(backend, [SPEC] * 2, 1) as pool:
         with pytest.raises(IndexError, match="out of range"):
             pool.step([5], ["up"])
         with pytest.raises(ValueError, match="distinct"):
@@ -98,3 +214,81 @@ def test_bad_calls_fail_clearly():
             pool.step([0, 1], ["up"])
         with pytest.raises(RuntimeError, match="reset of env 0 failed"):
             pool.reset([0], options=[{"task_id": "not-a-seed"}])
+        with pytest.raises(RuntimeError, match=r"env 1: nope\(\) failed: AttributeError"):
+            pool.call([1], "nope")
+
+
+def test_bad_pool_settings_fail_clearly():
+    with pytest.raises(ValueError, match="env.backend must be one of process, ray"):
+        make_pool([SPEC], backend="dask")
+    with pytest.raises(ValueError, match="step_timeout must be > 0"):
+        make_pool([SPEC], step_timeout=0)
+    with pytest.raises(ValueError, match="num_workers must be >= 0"):
+        make_pool([SPEC], num_workers=-1)
+
+
+def test_bad_ray_settings_fail_clearly(ray_session):
+    with pytest.raises(ValueError, match="envs_per_actor must be an integer >= 1"):
+        make_pool([SPEC], backend="ray", envs_per_actor=0)
+    with pytest.raises(ValueError, match="num_cpus must be a finite number"):
+        make_pool([SPEC], backend="ray", actor_num_cpus=float("nan"))
+    with pytest.raises(ValueError, match="more CPUs than the Ray cluster has"):
+        make_pool([SPEC], backend="ray", actor_num_cpus=64)
+
+
+def test_ray_places_envs_per_actor(ray_session):
+    with make_pool([SPEC] * 7, backend="ray", envs_per_actor=3, actor_num_cpus=0.25) as pool:
+        assert pool.num_actors == 3 and len(pool) == 7
+        pids = pool.worker_pids()
+        assert len(set(pids)) == 3 and os.getpid() not in pids
+
+
+def test_close_leaves_no_workers_or_actors(backend):
+    with open_pool(backend, [SPEC] * 4, 2) as pool:
+        pool.reset(seeds=[0, 1, 2, 3])
+        kill_worker(pool, backend, 1)
+        pool.step([0, 1, 2, 3], ["up"] * 4)  # one replaced worker among the ones to close
+        pids = pool.worker_pids()
+        actors = pool.actors if backend == "ray" else []
+    assert len(pids) == 2 and not _wait_gone(pids)
+    if actors:
+        import ray
+
+        for actor in actors:  # a call on a closed pool's actor fails: the actor is gone
+            with pytest.raises(ray.exceptions.RayActorError):
+                ray.get(actor.ready.remote(), timeout=30)
+
+
+_OWN_RAY = """
+import time, psutil, ray
+from agentrl.pool import EnvSpec, make_pool
+pool = make_pool([EnvSpec("Sokoban-v0")] * 2, backend="ray", envs_per_actor=1, actor_num_cpus=0.5)
+pool.reset(seeds=[0, 1]); pool.step([0, 1], ["up", "up"])
+started = psutil.Process().children(recursive=True)
+assert ray.is_initialized() and set(pool.worker_pids()) <= {p.pid for p in started}
+pool.close()
+assert not ray.is_initialized()
+gone, alive = psutil.wait_procs(started, timeout=30)
+alive = [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+print("STARTED", len(started), "LEFT", *[f"{p.pid}:{p.name()}" for p in alive])
+"""
+
+
+def test_a_pool_that_starts_ray_shuts_it_down():
+    # In a fresh interpreter (this one's Ray is the shared fixture): make_pool starts a local Ray,
+    # and close() stops every process it started (GCS, raylet, workers, actors) before returning.
+    pytest.importorskip("ray")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
+    env.pop("RAY_ADDRESS", None)
+    out = subprocess.run(
+        [sys.executable, "-c", _OWN_RAY],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    started, left = out.stdout.split("STARTED", 1)[1].split("LEFT")
+    assert int(started) >= 3  # at least the GCS, the raylet and the two actors' workers
+    assert not left.split(), f"still running after close(): {left}"

@@ -1,0 +1,245 @@
+"""The env pool on Ray: the ``EnvPool`` contract with the envs in Ray actors, anywhere on a cluster.
+
+Env ``i`` lives in actor ``i % num_actors`` (``num_actors = ceil(N / envs_per_actor)``); every call
+sends one batched task per actor, so actors step their envs concurrently, and waits for all of them
+under one ``step_timeout`` deadline. Failures are contained as in the process pool: an env that
+raises ends its episode; an actor that dies (``ray.kill``, a crash of its process, a lost node) or
+misses the deadline is killed and replaced by a fresh one, and every episode it held ends as
+truncated with ``info["error"]``.
+
+Results travel as plain ``pickle`` bytes (not Ray's serializer), so the same objects can or cannot
+cross in both backends, and an unpicklable ``info`` ends only its own episode.
+
+Which Ray: the ``address`` argument (``env.ray.address``), else ``RAY_ADDRESS``, else the Ray this
+process already initialised, else a local Ray started here (and shut down by :meth:`close`). A
+local Ray started here gives its workers this process's ``sys.path``, so envs importable here (a
+source checkout, a script's folder) import there too; on a cluster, install agentrl and the env
+packages on every node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import pickle
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from .pool import BasePool, EnvFn, Reply, build_envs, encode_replies, run_op
+
+__all__ = ["RayEnvPool"]
+
+#: Seconds between warnings while actors wait to be placed or to build their envs.
+_PLACEMENT_WARN_S = 60.0
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        raise ImportError(
+            "env.backend=ray needs Ray: pip install 'agentrl[ray]' (or pip install ray)"
+        ) from exc
+    return ray
+
+
+class _EnvActor:
+    """Holds a few envs in one Ray worker process; each method call is one batched message."""
+
+    def __init__(self, env_fns: dict[int, EnvFn]):
+        self.envs, self.why = build_envs(env_fns)
+
+    def ready(self) -> tuple[int, str | None]:
+        """This actor's pid, and why its envs could not be built (None when they were)."""
+        return os.getpid(), self.why
+
+    def run(self, op: str, items: list[tuple[int, tuple]]) -> bytes:
+        return encode_replies(op, [(i, *run_op(self.envs[i], op, a)) for i, a in items])
+
+    def close(self) -> None:
+        for env in (self.envs or {}).values():
+            with contextlib.suppress(Exception):
+                env.close()
+        self.envs = {}
+
+
+class RayEnvPool(BasePool):
+    """Many envs, stepped together in Ray actors.
+
+    Args:
+        env_fns: one picklable zero-argument callable per env (e.g. ``EnvSpec``).
+        envs_per_actor: envs held by one actor (``env.ray.envs_per_actor``).
+        actor_num_cpus: CPUs each actor reserves (``env.ray.num_cpus``); fractions allowed.
+        step_timeout: seconds every actor has to answer one call before the late ones are killed
+            and replaced (``None``: wait forever).
+        address: Ray address (``env.ray.address``); ``None``: ``RAY_ADDRESS`` or a local Ray.
+        actor_options: extra ``ray.remote`` options for the actors (e.g. ``{"resources":
+            {"envs": 1}}`` to place them on nodes that advertise an ``envs`` resource).
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[EnvFn],
+        envs_per_actor: int = 4,
+        actor_num_cpus: float = 1.0,
+        step_timeout: float | None = None,
+        address: str | None = None,
+        actor_options: dict[str, Any] | None = None,
+    ):
+        if int(envs_per_actor) != envs_per_actor or envs_per_actor < 1:
+            raise ValueError(
+                f"env.ray.envs_per_actor must be an integer >= 1, got {envs_per_actor}"
+            )
+        if not (math.isfinite(actor_num_cpus) and actor_num_cpus >= 0):
+            raise ValueError(f"env.ray.num_cpus must be a finite number >= 0, got {actor_num_cpus}")
+        n = len(env_fns)
+        super().__init__(env_fns, math.ceil(n / envs_per_actor), step_timeout)
+        self.num_actors = self.num_groups
+        self.envs_per_actor = int(envs_per_actor)
+        self._local: list = []
+        self._actors: list[Any] = []
+        self._pids: list[int | None] = []
+        self._ray = _import_ray()
+        self._owns_ray = self._connect(address)
+        try:
+            self._check_resources(actor_num_cpus)
+            options = {"num_cpus": actor_num_cpus, "max_restarts": 0, "max_concurrency": 1}
+            options.update(actor_options or {})
+            self._actor_cls = self._ray.remote(**options)(_EnvActor)
+            self._actors = [self._start(a) for a in range(self.num_actors)]
+            self._pids = [None] * self.num_actors
+        except BaseException:
+            self.close()
+            raise
+
+    # -- public API ----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close every env, kill every actor, and shut down the local Ray if this pool started it."""
+        ray = self._ray
+        if self._actors:
+            refs = [a.close.remote() for a in self._actors]
+            with contextlib.suppress(Exception):
+                ray.wait(refs, num_returns=len(refs), timeout=5)
+            for actor in self._actors:
+                with contextlib.suppress(Exception):
+                    ray.kill(actor, no_restart=True)
+        self._actors = []
+        if self._owns_ray and ray.is_initialized():
+            ray.shutdown()
+        self._owns_ray = False
+
+    def worker_pids(self) -> list[int]:
+        """The process id of each actor (after they have built their envs)."""
+        self._await_ready(list(range(self.num_actors)))
+        return [int(p) for p in self._pids if p is not None]
+
+    @property
+    def actors(self) -> list[Any]:
+        """The actor handles, one per group of ``envs_per_actor`` envs."""
+        return list(self._actors)
+
+    # -- internals -----------------------------------------------------------------------------
+    def _connect(self, address: str | None) -> bool:
+        """Join or start Ray; True when this pool started it (and so must shut it down)."""
+        ray = self._ray
+        address = address or os.environ.get("RAY_ADDRESS") or None
+        if ray.is_initialized():
+            return False
+        if address:
+            ray.init(address=address, log_to_driver=False)
+            return False
+        paths = [p for p in sys.path if p and os.path.isdir(p)]
+        ray.init(
+            include_dashboard=False,
+            log_to_driver=False,
+            runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(paths)}},
+        )
+        return True
+
+    def _check_resources(self, num_cpus: float) -> None:
+        total = float(self._ray.cluster_resources().get("CPU", 0.0))
+        if num_cpus > total:
+            raise ValueError(
+                f"env.ray.num_cpus={num_cpus}: one actor asks for more CPUs than the Ray cluster "
+                f"has ({total:g}); lower env.ray.num_cpus"
+            )
+        if num_cpus * self.num_actors > total:
+            warnings.warn(
+                f"{self.num_actors} env actors x env.ray.num_cpus={num_cpus} exceed the cluster's "
+                f"{total:g} CPUs: some actors wait until CPUs free up (raise env.ray.envs_per_actor "
+                "or lower env.ray.num_cpus)",
+                stacklevel=3,
+            )
+
+    def _start(self, a: int):
+        return self._actor_cls.remote(self._group_envs(a))
+
+    def _await_ready(self, actors: list[int]) -> None:
+        """Wait (untimed) until the actors are placed and have built their envs; raise if not."""
+        ray = self._ray
+        waiting = {self._actors[a].ready.remote(): a for a in actors if self._pids[a] is None}
+        last = time.monotonic()
+        while waiting:
+            done, _ = ray.wait(list(waiting), num_returns=len(waiting), timeout=_PLACEMENT_WARN_S)
+            for ref in done:
+                a = waiting.pop(ref)
+                try:
+                    pid, why = ray.get(ref)
+                except ray.exceptions.RayError as exc:
+                    raise RuntimeError(
+                        f"env actor {a} died while building its envs: {_short(exc)}"
+                    ) from exc
+                if why is not None:
+                    raise RuntimeError(f"env actor {a}: {why}")
+                self._pids[a] = pid
+            if waiting and time.monotonic() - last >= _PLACEMENT_WARN_S:
+                last = time.monotonic()
+                warnings.warn(
+                    f"{len(waiting)} env actors not ready after {_PLACEMENT_WARN_S:g} s (still "
+                    f"building envs, or waiting for CPUs: available {ray.available_resources()})",
+                    stacklevel=2,
+                )
+
+    def _exchange(
+        self, op: str, by_group: dict[int, list[tuple[int, tuple]]]
+    ) -> tuple[list[Reply], dict[int, str]]:
+        ray = self._ray
+        self._await_ready(list(by_group))
+        refs = {self._actors[a].run.remote(op, items): a for a, items in by_group.items()}
+        deadline = self._deadline()
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        done, late = ray.wait(list(refs), num_returns=len(refs), timeout=left)
+        replies: list[Reply] = []
+        failed: dict[int, str] = {}
+        for ref in done:
+            a = refs[ref]
+            try:
+                replies.extend(pickle.loads(ray.get(ref)))
+            except ray.exceptions.RayError as exc:
+                failed[a] = f"actor {a} (pid {self._pids[a]}) died: {_short(exc)}"
+        for ref in late:
+            a = refs[ref]
+            failed[a] = f"actor {a} (pid {self._pids[a]}) timed out after {self.step_timeout} s"
+        for a in failed:
+            with contextlib.suppress(Exception):
+                ray.kill(self._actors[a], no_restart=True)
+            self._actors[a] = self._start(a)
+            self._pids[a] = None
+        return replies, failed
+
+
+def _short(exc: BaseException) -> str:
+    """The informative part of a Ray error: what happened, why the actor is dead, on which node."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    text = f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    why = next((ln for ln in lines if ln.startswith("The actor is dead because")), None)
+    if why:
+        text += " " + why.split(" Some common causes")[0]
+    ip = next((ln[3:].strip() for ln in lines if ln.startswith("ip:")), None)
+    if ip:
+        text += f" (node {ip})"
+    return text[:600]
