@@ -1,0 +1,427 @@
+"""Multi-seed learning benchmark: train a config for K seeds and aggregate held-out success.
+
+Each run is ``python -m agentrl.train seed=S output_dir=... <overrides>`` in a subprocess (so the
+benchmark depends only on the command line and the run folder's ``metrics.jsonl``, not on the
+trainer's internals). As many runs go at once as there are cores (``--jobs``), each with one
+torch thread unless the overrides set ``trainer.num_threads``. Per run the CPU time of the whole
+process (user + system, from ``wait4``) is recorded.
+
+Outputs in ``--out``: ``table.md`` (per seed: initial, every held-out evaluation and final success
+with 95 % Wilson intervals, CPU minutes; across seeds: mean with its bootstrap interval, min,
+max; with ``--compare``, every config's difference of mean final success to the first config with
+a bootstrap interval), ``curves.png`` (held-out success per seed thin, mean bold, band = bootstrap
+interval of the mean) and ``results.json``. A finished run whose command is unchanged is reused,
+so an interrupted benchmark continues where it stopped (``--fresh`` reruns everything).
+
+Examples::
+
+    python scripts/bench_learning.py                                   # the no-argument default, 5 seeds
+    python scripts/bench_learning.py trainer.num_threads=2             # same, two threads per run
+    python scripts/bench_learning.py --compare credit=grpo credit=gigpo --seeds 5
+    python scripts/bench_learning.py --seeds 2 --compare credit=grpo credit=gigpo \\
+        trainer.iterations=2 env.eval_episodes=8 trainer.eval_every=1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from agentrl.multiseed import (  # noqa: E402
+    RunResult,
+    bootstrap_diff_ci,
+    fmt_rate_ci,
+    mean_curve,
+    read_run,
+    summarize_runs,
+    targets,
+)
+
+QUIET = ["trainer.progress=false", "trainer.tensorboard=false", "trainer.plot=false"]
+
+
+def label_of(overrides: list[str]) -> str:
+    """A config's name in tables: its overrides (``default`` when there are none)."""
+    return " ".join(overrides) if overrides else "default"
+
+
+def folder_of(label: str) -> str:
+    """A folder name for a label that Hydra accepts inside an override value (no ``=``)."""
+    return re.sub(r"[^A-Za-z0-9_.+,-]+", "_", label)
+
+
+def run_command(overrides: list[str], seed: int, folder: Path, threads: int | None) -> list[str]:
+    cmd = [sys.executable, "-m", "agentrl.train", f"seed={seed}", f"output_dir={folder}", *QUIET]
+    if threads is not None and not any(o.startswith("trainer.num_threads=") for o in overrides):
+        cmd.append(f"trainer.num_threads={threads}")
+    return cmd + list(overrides)
+
+
+def _run_one(cmd: list[str], folder: Path, fresh: bool) -> tuple[float | None, int]:
+    """Run (or reuse) one training run -> (CPU seconds of the whole process, return code)."""
+    stamp = folder / "bench_run.json"
+    if not fresh and stamp.is_file() and (folder / "summary.json").is_file():
+        prev = json.loads(stamp.read_text())
+        if prev.get("cmd") == cmd[1:] and prev.get("returncode") == 0:
+            return prev.get("cpu_s"), 0
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder.parent / f"{folder.name}.log"
+    t0 = time.perf_counter()
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
+        cpu: float | None = None
+        if hasattr(os, "wait4"):
+            _, status, ru = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            cpu = ru.ru_utime + ru.ru_stime
+        else:  # pragma: no cover (no per-child rusage on this platform)
+            proc.wait()
+    rc = int(proc.returncode)
+    stamp.write_text(
+        json.dumps(
+            {
+                "cmd": cmd[1:],
+                "returncode": rc,
+                "cpu_s": cpu,
+                "wall_s": time.perf_counter() - t0,
+            }
+        )
+    )
+    if rc != 0:
+        print(f"run failed (exit {rc}): {shlex.join(cmd)}; log: {log}", file=sys.stderr)
+    return cpu, rc
+
+
+def run_all(
+    configs: dict[str, list[str]],
+    seeds: list[int],
+    out: Path,
+    jobs: int,
+    threads: int | None,
+    fresh: bool,
+) -> dict[str, list[RunResult]]:
+    """Every (config, seed) run, ``jobs`` at a time; returns the successful runs per config."""
+    plan = [
+        (label, seed, (out / folder_of(label) / f"seed_{seed}").resolve())
+        for label in configs
+        for seed in seeds  # seeds interleave per config: an early stop leaves balanced configs
+    ]
+    plan.sort(key=lambda p: (seeds.index(p[1]), list(configs).index(p[0])))
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {
+            (label, seed): pool.submit(
+                _run_one, run_command(configs[label], seed, folder, threads), folder, fresh
+            )
+            for label, seed, folder in plan
+        }
+        results: dict[str, list[RunResult]] = {label: [] for label in configs}
+        for label, seed, folder in plan:
+            cpu, rc = futures[(label, seed)].result()
+            if rc == 0:
+                results[label].append(read_run(folder, seed, cpu))
+    for label in results:
+        results[label].sort(key=lambda r: r.seed)
+    return results
+
+
+# -- reporting ---------------------------------------------------------------------------------
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def seed_table(runs: list[RunResult]) -> str:
+    its = sorted({e.iteration for r in runs for e in r.evals if e.phase == "eval"})
+    head = [
+        "seed",
+        "initial",
+        *[f"iter {i}" for i in its],
+        "final",
+        "gain (points)",
+        "best",
+        "CPU min",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in runs:
+        by_it = {e.iteration: e for e in r.evals if e.phase == "eval"}
+        ini = r.initial
+        gain = f"{r.improvement_points():+.1f}" + (" (disjoint)" if r.disjoint() else " (overlap)")
+        cells = [
+            str(r.seed),
+            fmt_rate_ci(ini) if ini else "—",
+            *[fmt_rate_ci(by_it[i]) if i in by_it else "—" for i in its],
+            f"**{fmt_rate_ci(r.final)}**",
+            gain if ini else "—",
+            f"{_pct(r.best.rate)} (iter {r.best.iteration})",
+            f"{r.cpu_s / 60:.1f}" if r.cpu_s is not None else "—",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def across_table(summaries: dict[str, dict[str, dict[str, float]]], counts: dict[str, int]) -> str:
+    head = [
+        "config",
+        "seeds",
+        "initial",
+        "final: mean [95 % bootstrap CI]",
+        "final min-max",
+        "gain (points)",
+        "drop from best (points, max)",
+        "CPU min (mean, max)",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, s in summaries.items():
+        f = s["final"]
+        ini = s.get("initial")
+        gain = s.get("improvement_points")
+        cpu = s.get("cpu_min")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    f"`{label}`",
+                    str(counts[label]),
+                    f"{_pct(ini['mean'])} %" if ini else "—",
+                    f"**{_pct(f['mean'])} %** [{_pct(f['ci_low'])}, {_pct(f['ci_high'])}]",
+                    f"{_pct(f['min'])}-{_pct(f['max'])} %",
+                    f"{gain['mean']:+.1f} (min {gain['min']:+.1f})" if gain else "—",
+                    f"{s['drop_from_best_points']['max']:.1f}",
+                    f"{cpu['mean']:.1f}, {cpu['max']:.1f}" if cpu else "—",
+                ]
+            )
+            + " |"
+        )
+    return "\n".join(lines)
+
+
+def diff_table(results: dict[str, list[RunResult]], confidence: float) -> tuple[str, list[dict]]:
+    labels = [k for k, v in results.items() if v]
+    base = labels[0]
+    rows = []
+    lines = [
+        f"| config | mean final minus `{base}` (points) | {100 * confidence:g} % bootstrap CI | CI excludes 0 |",
+        "|---|---|---|---|",
+    ]
+    for label in labels[1:]:
+        d, lo, hi = bootstrap_diff_ci(
+            [r.final.rate for r in results[label]],
+            [r.final.rate for r in results[base]],
+            confidence,
+        )
+        rows.append({"config": label, "base": base, "diff": d, "ci_low": lo, "ci_high": hi})
+        excl = "yes" if lo > 0 or hi < 0 else "no"
+        lines.append(
+            f"| `{label}` | {100 * d:+.1f} | [{100 * lo:+.1f}, {100 * hi:+.1f}] | {excl} |"
+        )
+    return "\n".join(lines), rows
+
+
+def plot(results: dict[str, list[RunResult]], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for k, (label, runs) in enumerate(results.items()):
+        if not runs:
+            continue
+        c = colors[k % len(colors)]
+        for r in runs:
+            ax.plot(
+                [e.iteration for e in r.evals],
+                [e.rate for e in r.evals],
+                color=c,
+                lw=0.7,
+                alpha=0.45,
+            )
+        curve = mean_curve(runs)
+        if curve:
+            x, m, lo, hi = zip(*curve, strict=True)
+            ax.plot(x, m, color=c, lw=2.5, marker="o", label=f"{label} (mean of {len(runs)} seeds)")
+            ax.fill_between(x, lo, hi, color=c, alpha=0.15, lw=0)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("held-out greedy success")
+    ax.set_ylim(0, 1)
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def report(
+    results: dict[str, list[RunResult]],
+    configs: dict[str, list[str]],
+    common: list[str],
+    out: Path,
+    confidence: float,
+    check_targets: bool,
+) -> str:
+    summaries: dict[str, dict[str, dict[str, float]]] = {}
+    for label, runs in results.items():
+        if runs:
+            summaries[label] = summarize_runs(runs, confidence)
+    parts = [
+        "# Learning benchmark",
+        "",
+        "Command: `python scripts/bench_learning.py "
+        + " ".join(sys.argv[1:])
+        + "`; common overrides: "
+        + (f"`{' '.join(common)}`" if common else "none")
+        + ". Held-out greedy success with 95 % Wilson intervals; across seeds the mean with a"
+        " percentile-bootstrap interval of the mean (10,000 resamples).",
+        "",
+        "## Across seeds",
+        "",
+        across_table(summaries, {k: len(v) for k, v in results.items()}),
+    ]
+    diffs: list[dict] = []
+    if len(summaries) > 1:
+        text, diffs = diff_table(results, confidence)
+        parts += [
+            "",
+            "## Difference of mean final success (unpaired bootstrap over seeds)",
+            "",
+            text,
+        ]
+    checks: dict[str, dict[str, bool]] = {}
+    if check_targets:
+        parts += [
+            "",
+            "## Targets (issue 14's thresholds; named checks, not part of the figures)",
+            "",
+        ]
+        for label, runs in results.items():
+            if runs:
+                checks[label] = targets(runs, confidence=confidence)
+                parts.append(
+                    f"- `{label}`: "
+                    + "; ".join(f"{k}: {'pass' if v else 'FAIL'}" for k, v in checks[label].items())
+                )
+    for label, runs in results.items():
+        parts += ["", f"## Per seed: `{label}`", ""]
+        parts.append(seed_table(runs) if runs else "(no run finished)")
+    text = "\n".join(parts) + "\n"
+    (out / "table.md").write_text(text)
+    (out / "results.json").write_text(
+        json.dumps(
+            {
+                "argv": sys.argv[1:],
+                "common": common,
+                "configs": configs,
+                "summaries": summaries,
+                "differences": diffs,
+                "targets": checks,
+                "runs": {
+                    label: [
+                        {
+                            "seed": r.seed,
+                            "cpu_s": r.cpu_s,
+                            "train_cpu_s": r.train_cpu_s,
+                            "iterations": r.iterations,
+                            "evals": [
+                                {
+                                    "iteration": e.iteration,
+                                    "phase": e.phase,
+                                    "successes": e.successes,
+                                    "episodes": e.episodes,
+                                    "rate": e.rate,
+                                    "ci": e.ci(confidence),
+                                }
+                                for e in r.evals
+                            ],
+                        }
+                        for r in runs
+                    ]
+                    for label, runs in results.items()
+                },
+            },
+            indent=1,
+        )
+    )
+    title = "python -m agentrl.train " + " ".join(common) if common else "python -m agentrl.train"
+    plot(results, out / "curves.png", title)
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("overrides", nargs="*", help="Hydra overrides applied to every config")
+    ap.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="CONFIG",
+        default=None,
+        help="configs side by side, each one quoted string of overrides (e.g. credit=grpo "
+        "'credit=gigpo trainer.lr=3e-4'); the first is the base of the differences",
+    )
+    ap.add_argument("--seeds", type=int, default=5, help="seeds per config (default 5)")
+    ap.add_argument("--seed-start", type=int, default=0, help="first seed (default 0)")
+    ap.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 1, help="runs at once (default: cores)"
+    )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="trainer.num_threads per run unless the overrides set it (default 1)",
+    )
+    ap.add_argument("--out", type=Path, default=Path("runs/bench_learning"), help="output folder")
+    ap.add_argument("--confidence", type=float, default=0.95)
+    ap.add_argument("--fresh", action="store_true", help="rerun runs that already finished")
+    ap.add_argument(
+        "--check-targets",
+        action="store_true",
+        help="add issue 14's pass/fail checks (gain >= 25 points with disjoint intervals, mean "
+        "final >= 60 %%, final within 10 points of best, <= 10 CPU min)",
+    )
+    args = ap.parse_args(argv)
+    if args.seeds < 1:
+        ap.error("--seeds must be at least 1")
+    if args.jobs < 1:
+        ap.error("--jobs must be at least 1")
+    specs = [shlex.split(c) for c in args.compare] if args.compare else [[]]
+    configs: dict[str, list[str]] = {}
+    for spec in specs:
+        label = label_of(spec)
+        if label in configs:
+            ap.error(f"--compare lists the config {spec} twice")
+        configs[label] = [*args.overrides, *spec]
+    seeds = list(range(args.seed_start, args.seed_start + args.seeds))
+    args.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    results = run_all(configs, seeds, args.out, args.jobs, args.threads, args.fresh)
+    missing = {k: len(seeds) - len(v) for k, v in results.items() if len(v) < len(seeds)}
+    if all(not v for v in results.values()):
+        print("no run finished; see the logs in " + str(args.out), file=sys.stderr)
+        return 1
+    text = report(results, configs, args.overrides, args.out, args.confidence, args.check_targets)
+    print(text)
+    print(
+        f"{sum(len(v) for v in results.values())} runs in {time.perf_counter() - t0:.0f} s wall; outputs: {args.out}"
+    )
+    if missing:
+        print(f"failed runs per config: {missing}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""scripts/bench_learning.py end to end at toy size: 2 seeds x 2 iterations x 2 configs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_learning.py"
+TOY = [
+    "trainer=smoke",
+    "trainer.eval_every=1",
+    "rollout.tasks_per_iter=2",
+    "rollout.group_size=4",
+    "env.eval_episodes=6",
+]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("bench_learning_script", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_toy_compare_end_to_end(tmp_path):
+    mod = _script()
+    out = tmp_path / "bench"
+    argv = ["--seeds", "2", "--jobs", "2", "--out", str(out), "--check-targets"]
+    argv += ["--compare", "credit=grpo", "credit=gigpo", "--", *TOY]
+    assert mod.main(argv) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert set(res["runs"]) == {"credit=grpo", "credit=gigpo"}
+    for label, runs in res["runs"].items():
+        assert [r["seed"] for r in runs] == [0, 1]
+        for r in runs:
+            # initial, after iteration 1, final after iteration 2; 6 episodes each
+            assert [(e["iteration"], e["phase"]) for e in r["evals"]] == [
+                (0, "eval_initial"),
+                (1, "eval"),
+                (2, "eval_final"),
+            ]
+            assert all(e["episodes"] == 6 for e in r["evals"])
+            assert r["cpu_s"] > 0 and r["iterations"] == 2
+            stamp = json.loads(
+                (out / label.replace("=", "_") / f"seed_{r['seed']}" / "bench_run.json").read_text()
+            )
+            assert "trainer.num_threads=1" in stamp["cmd"] and f"seed={r['seed']}" in stamp["cmd"]
+    # Same seed, same initial model and held-out set: both configs start from the same evaluation.
+    a, b = res["runs"]["credit=grpo"], res["runs"]["credit=gigpo"]
+    assert [r["evals"][0]["successes"] for r in a] == [r["evals"][0]["successes"] for r in b]
+    (diff,) = res["differences"]
+    assert diff["config"] == "credit=gigpo" and diff["base"] == "credit=grpo"
+    fa = sum(r["evals"][-1]["rate"] for r in a) / 2
+    fb = sum(r["evals"][-1]["rate"] for r in b) / 2
+    assert abs(diff["diff"] - (fb - fa)) < 1e-9 and diff["ci_low"] <= diff["ci_high"]
+    table = (out / "table.md").read_text()
+    assert "## Per seed: `credit=gigpo`" in table and "| `credit=gigpo` |" in table
+    assert "Targets" in table
+    assert (out / "curves.png").stat().st_size > 10_000
+    # A second call reuses the finished runs (same commands): nothing is retrained.
+    mtime = (out / "credit_grpo" / "seed_0" / "metrics.jsonl").stat().st_mtime
+    assert mod.main(argv) == 0
+    assert (out / "credit_grpo" / "seed_0" / "metrics.jsonl").stat().st_mtime == mtime
