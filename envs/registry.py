@@ -18,7 +18,8 @@ import gymnasium as gym
 NAMESPACE = "agentrl"
 ENTRY_POINT_GROUP = "agentrl.envs"
 
-#: Built-in env ids and their entry points. Other issues add ALFWorld, WebShop, TextWorld here.
+#: Built-in env ids and their entry points (imported on first make: an env's heavy dependencies
+#: load only when it is used).
 BUILTIN: dict[str, str] = {
     "Sokoban-v0": "agentrl.envs.sokoban:SokobanEnv",
     "FrozenLake-v0": "agentrl.envs.adapter:make_frozen_lake",

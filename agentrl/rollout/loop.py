@@ -187,7 +187,7 @@ def run_episodes(
         gens = backend.generate(prompts, step_sampling, allowed)
         t2 = time.perf_counter()
         stats.engine_calls += 1
-        # [vLLM hook] A prompt the engine could not take (longer than its context; the Generation
+        # A prompt the engine could not take (longer than its context; the Generation
         # says so in extra["truncated"], see backends/vllm_engine.py) ends its episode truncated,
         # with the reason in ep.error, without stepping its env.
         cut = {j for j, g in enumerate(gens) if g.extra.get("truncated")}

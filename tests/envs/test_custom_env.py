@@ -77,5 +77,21 @@ def test_works_in_the_pool_with_workers(plugin):
         assert not result[0].info["action_valid"] and result[1].info["action_valid"]
 
 
-def test_readme_check_snippet_runs(plugin):
-    exec(plugin["import gymnasium as gym"], {})
+def test_readme_check_snippet_runs(plugin, monkeypatch):
+    # The snippet must run Gymnasium's checker on the README's env, and the checker must find
+    # nothing to warn about (a warning would be an error here).
+    import warnings
+
+    import gymnasium.utils.env_checker as checker
+
+    checked = []
+    real = checker.check_env
+    monkeypatch.setattr(
+        checker, "check_env", lambda env, **kw: checked.append(env) or real(env, **kw)
+    )
+    namespace: dict = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        exec(plugin["import gymnasium as gym"], namespace)
+    assert [type(env).__name__ for env in checked] == ["GuessNumberEnv"]
+    assert namespace["envs"] is envs

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -58,11 +60,40 @@ def test_smoke_per_env(tmp_path, env):
 
 
 @pytest.mark.parametrize("name", sorted(credit.available()))
-def test_smoke_per_credit_module(tmp_path, name):
-    summary = _run(tmp_path, f"credit={name}", "trainer.eval_initial=false", "env.eval_episodes=2")
+def test_smoke_per_credit_module(tmp_path, name, monkeypatch):
+    # Spy on the module through the registry (every caller of credit.compute goes through it).
+    seen, lookup = [], credit.registry.get
+
+    @functools.wraps(lookup(name))  # keeps the module's signature (its options)
+    def spy(batch, **opts):
+        result = lookup(name)(batch, **opts)
+        seen.append((batch, np.asarray(result.advantages)))
+        return result
+
+    monkeypatch.setattr(credit.registry, "get", lambda m: spy if m == name else lookup(m))
+    # 4 tasks: with seed 0 both iterations hold groups with differing returns (2 tasks: none)
+    summary = _run(
+        tmp_path,
+        f"credit={name}",
+        "trainer.eval_initial=false",
+        "env.eval_episodes=2",
+        "rollout.tasks_per_iter=4",
+    )
     assert summary["credit"] == name
     train = [r for r in _rows(tmp_path) if r["phase"] == "train"]
     assert len(train) == 2 and all(torch.isfinite(torch.tensor(r["loss/grad_norm"])) for r in train)
+    # Signal: a group whose episodes' returns differ. Its steps must get some non-zero advantage.
+    assert len(seen) == 2
+    signal = 0
+    for batch, adv in seen:
+        for g in np.unique(batch.group):
+            rows = batch.group == g
+            trajs = np.unique(batch.traj[rows])
+            returns = [batch.reward[rows & (batch.traj == k)].sum() for k in trajs]
+            if np.ptp(returns) > 1e-6:
+                signal += 1
+                assert np.any(adv[rows] != 0), f"{name}: zero advantages for group {g} {returns}"
+    assert signal > 0  # the smoke batches have signal (else this check would be empty)
 
 
 def test_outputs_of_a_run(tmp_path):
