@@ -231,66 +231,20 @@ class Learner:
 
     def _minibatch_step(self, seqs, mb, adv, ref, returns, old_values) -> dict[str, float]:
         cfg = self.cfg
-        masks = [len(seqs[i].response_ids) for i in mb]
-        tokens_total = float(sum(masks))
-        seqs_total = float(sum(1 for m in masks if m > 0))
-        denom = tokens_total if cfg.loss_agg == "token-mean" else seqs_total
-        if cfg.loss_agg not in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"):
-            normaliser(
-                torch.zeros(1, 1, dtype=torch.bool), cfg.loss_agg
-            )  # raises naming the option
+        denom = self._normaliser([len(seqs[i].response_ids) for i in mb])
         self.optimizer.zero_grad(set_to_none=True)
         acc: dict[str, float] = {}
-        if cfg.entropy_coef == 0 and ref is None and self.value_head is None:
+        value_denom = max(len(mb), 1)
+        if self._skips_zero_advantages():
             # Steps whose advantage is exactly 0 add nothing to the loss or its gradient; skip
             # their forward/backward. The normaliser above still counts them, so the update is
             # identical to processing them.
             mb = np.asarray([i for i in mb if adv[seqs[i].step_row] != 0.0], dtype=np.int64)
         processed = len(mb)
         for idx in self._micro_batches(seqs, mb):
-            batch = collate([seqs[i] for i in idx], self.pad_token_id).to(self.device)
-            tok_adv = token_advantages(batch, adv).to(self.device)
-            mask = batch.response_mask
-            with self.autocast():
-                fo = response_forward(
-                    self.model,
-                    batch,
-                    cfg.temperature,
-                    want_entropy=True,
-                    want_hidden=self.value_head is not None,
-                )
-            pg, st = ppo_clip_loss(
-                fo.logprobs, batch.old_logprobs, tok_adv, mask, cfg.clip_low, cfg.clip_high
+            loss, terms, st = self._micro_loss(
+                seqs, idx, adv, ref, returns, old_values, denom, value_denom
             )
-            loss = aggregate(pg, mask, cfg.loss_agg, denom)
-            ent = aggregate(fo.entropy, mask, cfg.loss_agg, denom)
-            if cfg.entropy_coef:
-                loss = loss - cfg.entropy_coef * ent
-            kl = torch.zeros(())
-            if ref is not None:
-                ref_lp = torch.zeros_like(fo.logprobs)
-                for k, i in enumerate(idx):
-                    n = len(seqs[i].response_ids)
-                    ref_lp[k, :n] = torch.as_tensor(ref[i], device=self.device)
-                kl = aggregate(
-                    kl_penalty(fo.logprobs, ref_lp, mask, cfg.kl_estimator),
-                    mask,
-                    cfg.loss_agg,
-                    denom,
-                )
-                loss = loss + cfg.kl_coef * kl
-            vl = torch.zeros(())
-            if self.value_head is not None:
-                v = self.value_head(fo.last_hidden.float()).squeeze(-1)
-                rows = batch.step_rows
-                tgt = torch.as_tensor(returns[rows], dtype=torch.float32, device=self.device)
-                old_v = (
-                    torch.as_tensor(old_values[rows], dtype=torch.float32, device=self.device)
-                    if old_values is not None
-                    else v.detach()
-                )
-                vl = value_loss(v, old_v, tgt, cfg.value_clip).sum() / max(len(mb), 1)
-                loss = loss + cfg.value_coef * vl
             if not torch.isfinite(loss):
                 self.optimizer.zero_grad(set_to_none=True)
                 raise NonFiniteError(
@@ -298,13 +252,7 @@ class Learner:
                 )
             loss.backward()
             w = len(idx) / len(mb)
-            for k, val in {
-                "loss": loss.detach(),
-                "policy_loss": aggregate(pg, mask, cfg.loss_agg, denom).detach(),
-                "entropy": ent.detach(),
-                "kl_ref": kl.detach(),
-                "value_loss": vl.detach(),
-            }.items():
+            for k, val in terms.items():
                 acc[k] = acc.get(k, 0.0) + float(val)
             for k, val in st.items():
                 acc[k] = acc.get(k, 0.0) + float(val) * w
@@ -324,6 +272,79 @@ class Learner:
         acc["grad_norm"] = float(gnorm)
         acc["sequences_processed"] = float(processed)
         return acc
+
+    def _normaliser(self, response_lengths: Sequence[int]) -> float:
+        """The mini-batch's loss denominator: its response tokens, or its sequences with a response."""
+        if self.cfg.loss_agg not in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"):
+            normaliser(
+                torch.zeros(1, 1, dtype=torch.bool), self.cfg.loss_agg
+            )  # raises naming the option
+        if self.cfg.loss_agg == "token-mean":
+            return float(sum(response_lengths))
+        return float(sum(1 for m in response_lengths if m > 0))
+
+    def _skips_zero_advantages(self) -> bool:
+        """Whether zero-advantage steps can be left out of the forward/backward (no other term)."""
+        return self.cfg.entropy_coef == 0 and self.cfg.kl_coef == 0 and self.value_head is None
+
+    def _micro_loss(
+        self, seqs, idx, adv, ref, returns, old_values, denom: float, value_denom: float
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """One micro-batch's share of the mini-batch loss (normalised by the whole mini-batch's
+        ``denom``/``value_denom``), its detached terms, and the PPO diagnostics of its tokens."""
+        cfg = self.cfg
+        batch = collate([seqs[i] for i in idx], self.pad_token_id).to(self.device)
+        tok_adv = token_advantages(batch, adv).to(self.device)
+        mask = batch.response_mask
+        with self.autocast():
+            fo = response_forward(
+                self.model,
+                batch,
+                cfg.temperature,
+                want_entropy=True,
+                want_hidden=self.value_head is not None,
+            )
+        pg, st = ppo_clip_loss(
+            fo.logprobs, batch.old_logprobs, tok_adv, mask, cfg.clip_low, cfg.clip_high
+        )
+        policy = aggregate(pg, mask, cfg.loss_agg, denom)
+        loss = policy
+        ent = aggregate(fo.entropy, mask, cfg.loss_agg, denom)
+        if cfg.entropy_coef:
+            loss = loss - cfg.entropy_coef * ent
+        kl = torch.zeros((), device=loss.device)
+        if ref is not None:
+            ref_lp = torch.zeros_like(fo.logprobs)
+            for k, i in enumerate(idx):
+                n = len(seqs[i].response_ids)
+                ref_lp[k, :n] = torch.as_tensor(ref[i], device=self.device)
+            kl = aggregate(
+                kl_penalty(fo.logprobs, ref_lp, mask, cfg.kl_estimator),
+                mask,
+                cfg.loss_agg,
+                denom,
+            )
+            loss = loss + cfg.kl_coef * kl
+        vl = torch.zeros((), device=loss.device)
+        if self.value_head is not None:
+            v = self.value_head(fo.last_hidden.float()).squeeze(-1)
+            rows = batch.step_rows
+            tgt = torch.as_tensor(returns[rows], dtype=torch.float32, device=self.device)
+            old_v = (
+                torch.as_tensor(old_values[rows], dtype=torch.float32, device=self.device)
+                if old_values is not None
+                else v.detach()
+            )
+            vl = value_loss(v, old_v, tgt, cfg.value_clip).sum() / value_denom
+            loss = loss + cfg.value_coef * vl
+        terms = {
+            "loss": loss.detach(),
+            "policy_loss": policy.detach(),
+            "entropy": ent.detach(),
+            "kl_ref": kl.detach(),
+            "value_loss": vl.detach(),
+        }
+        return loss, terms, st
 
     def _micro_batches(self, seqs: Sequence[StepSequence], rows: np.ndarray) -> list[list[int]]:
         """Split ``rows`` into micro-batches of similar length (less padding), at most

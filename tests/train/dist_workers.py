@@ -1,0 +1,200 @@
+"""Multi-process helpers for the distributed tests: launch N CPU ranks (gloo) with a deadline,
+and the scenarios the ranks run (shared with the single-process side of each comparison)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agentrl.learner import Learner, LearnerConfig, StepSequence
+
+#: Global rows held by rank 0 of 2 (the rest by rank 1): an uneven split on purpose.
+SPLIT = 14
+N_ROWS = 24
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _entry(local_rank: int, fn, world: int, port: int, args: tuple) -> None:
+    os.environ.update(
+        {
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "RANK": str(local_rank),
+            "LOCAL_RANK": str(local_rank),
+            "WORLD_SIZE": str(world),
+        }
+    )
+    torch.set_num_threads(1)
+    from agentrl.distributed import close_distributed, init_distributed
+
+    init_distributed("cpu", timeout_s=120)
+    try:
+        fn(*args)
+    finally:
+        close_distributed()
+
+
+def launch(fn, world: int, *args: Any, timeout: float = 240.0) -> None:
+    """Run ``fn(*args)`` on ``world`` spawned CPU ranks; raise if one fails or the deadline passes."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.start_processes(
+        _entry, args=(fn, world, free_port(), args), nprocs=world, join=False, start_method="spawn"
+    )
+    deadline = time.monotonic() + timeout
+    while not ctx.join(timeout=1.0):
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                if p.is_alive():
+                    p.kill()
+            raise TimeoutError(f"{world} ranks did not finish within {timeout} s")
+
+
+# -- the scenarios -----------------------------------------------------------------------------
+SCENARIOS: dict[str, dict[str, Any]] = {
+    # every loss term: entropy bonus, KL to a frozen reference copy, a value head
+    "full": {
+        "lora": False,
+        "value_head": True,
+        "cfg": {"entropy_coef": 0.01, "kl_coef": 0.05},
+    },
+    # LoRA (the reference is the base with adapters off), zero-advantage rows skipped
+    "lora": {"lora": True, "value_head": False, "cfg": {"kl_coef": 0.05}},
+    # several optimiser steps (2 epochs of mini-batches of 10), zero-advantage rows skipped
+    "steps": {
+        "lora": False,
+        "value_head": False,
+        "cfg": {"epochs": 2, "minibatch_size": 10, "entropy_coef": 0.0},
+    },
+}
+
+BASE = LearnerConfig(
+    lr=1e-3,
+    epochs=1,
+    minibatch_size=N_ROWS,  # one optimiser step
+    micro_batch_size=4,
+    entropy_coef=0.0,
+    max_grad_norm=1.0,
+)
+
+
+def build_model(tiny_path: str, lora: bool):
+    from agentrl.models import apply_lora, load_model
+
+    torch.manual_seed(0)
+    model, tok, _ = load_model(tiny_path)
+    if lora:
+        torch.manual_seed(1)
+        model = apply_lora(model, r=4, alpha=8)
+    return model, tok
+
+
+def batch(vocab: int) -> tuple[list[StepSequence], np.ndarray, np.ndarray]:
+    """Global rows: random prompts and responses, noisy old log-probs, advantages (some 0),
+    returns for the value head."""
+    rng = np.random.default_rng(0)
+    seqs = []
+    for row in range(N_ROWS):
+        p = rng.integers(5, vocab, int(rng.integers(3, 12))).tolist()
+        r = rng.integers(5, vocab, int(rng.integers(1, 6))).tolist()
+        lp = (-np.log(vocab) + rng.normal(0, 0.3, len(r))).tolist()
+        seqs.append(StepSequence(p, r, lp, row))
+    adv = rng.normal(0, 1, N_ROWS).astype(np.float32)
+    adv[rng.random(N_ROWS) < 0.25] = 0.0
+    returns = rng.normal(0, 1, N_ROWS)
+    return seqs, adv, returns
+
+
+def local_rows(rank: int, world: int) -> range:
+    if world == 1:
+        return range(N_ROWS)
+    return range(0, SPLIT) if rank == 0 else range(SPLIT, N_ROWS)
+
+
+def make_learner(tiny_path: str, name: str, sharded: bool):
+    sc = SCENARIOS[name]
+    model, tok = build_model(tiny_path, sc["lora"])
+    cfg = replace(BASE, **sc["cfg"])
+    cls = Learner
+    if sharded:
+        from agentrl.learner.fsdp import FSDPLearner
+
+        cls = FSDPLearner
+    return cls(model, cfg, tok.pad_token_id, value_head=sc["value_head"]), tok
+
+
+def run_update(learner, tok, rank: int, world: int, seed: int = 0) -> dict[str, float]:
+    seqs, adv, returns = batch(len(tok))
+    mine = [seqs[r] for r in local_rows(rank, world)]
+    return learner.update(
+        mine,
+        adv,
+        returns=returns if learner.value_head is not None else None,
+        seed=seed,
+    )
+
+
+def full_params(learner) -> dict[str, torch.Tensor]:
+    """Every trainable tensor, gathered whole (all ranks must call this)."""
+    out = {}
+    mods = [("policy", learner.model)]
+    if learner.value_head is not None:
+        mods.append(("value_head", learner.value_head))
+    for prefix, m in mods:
+        for k, p in m.named_parameters():
+            if p.requires_grad:
+                t = p.full_tensor() if hasattr(p, "full_tensor") else p
+                out[f"{prefix}.{k}"] = t.detach().cpu().clone()
+    return out
+
+
+def ranks_main(tiny_path: str, out: str) -> None:
+    """On each of 2 ranks: every scenario's update, a DCP save, and a resume of the 1-process
+    checkpoint ``out/ckpt1`` followed by one more update. Rank 0 writes ``out/ranks.pt``."""
+    from agentrl import checkpoint
+    from agentrl.distributed import rank, world_size
+
+    rk, world = rank(), world_size()
+    res: dict[str, Any] = {}
+    for name in SCENARIOS:
+        learner, tok = make_learner(tiny_path, name, sharded=True)
+        metrics = run_update(learner, tok, rk, world)
+        res[name] = {"params": full_params(learner), "metrics": metrics}
+        if name == "full":
+            checkpoint.save_learner(learner, Path(out) / "ckpt2", {"iteration": 1})
+            # a sharded learner's weights reach an unsharded rollout replica
+            replica, _ = build_model(tiny_path, False)
+            learner.sync_to(replica)
+            res["replica"] = {k: v.detach().clone() for k, v in replica.named_parameters()}
+    # 1 -> 2: resume the single-process checkpoint on two ranks, then update once more
+    learner, tok = make_learner(tiny_path, "full", sharded=True)
+    meta = checkpoint.load_learner(learner, Path(out) / "ckpt1")
+    res["resumed"] = {"params": full_params(learner), "meta": meta, "updates": learner.updates}
+    run_update(learner, tok, rk, world, seed=1)
+    res["resumed_next"] = full_params(learner)
+    if rk == 0:
+        torch.save(res, Path(out) / "ranks.pt")
+
+
+def failing_main(out: str) -> None:
+    """Rank 1 raises while rank 0 waits in a collective."""
+    import torch.distributed as dist
+
+    from agentrl.distributed import rank
+
+    if rank() == 1:
+        raise ValueError("rank 1 cannot read its shard of tasks (test)")
+    t = torch.zeros(1)
+    dist.all_reduce(t)

@@ -1,0 +1,238 @@
+"""Data-parallel training on CPU (gloo): sharding and reduction helpers, the FSDP2 learner against
+one process, DCP checkpoints across world sizes, and a failing rank ending the whole job.
+
+Multi-process tests spawn real ranks (``torch.multiprocessing``, or ``torchrun`` itself) with a
+deadline; nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from agentrl.credit.synthetic import random_batch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentrl import checkpoint, credit
+from agentrl import distributed as D
+
+from . import dist_workers as W
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# -- helpers without a process group -----------------------------------------------------------
+@given(st.integers(0, 300), st.integers(1, 17))
+def test_shard_groups_partition_contiguous_balanced(n, world):
+    blocks = [D.shard_groups(n, world, r) for r in range(world)]
+    assert [g for b in blocks for g in b] == list(range(n))  # a partition, in rank order
+    sizes = [len(b) for b in blocks]
+    assert max(sizes) - min(sizes) <= 1
+
+
+def test_shard_groups_rejects_bad_rank():
+    with pytest.raises(ValueError, match="rank 2 is not in a world of 2"):
+        D.shard_groups(4, 2, 2)
+
+
+def test_single_process_helpers_are_identity():
+    assert (D.rank(), D.world_size(), D.is_main(), D.is_distributed()) == (0, 1, True, False)
+    row = {"train/success_rate": 0.5, "time/rollout_s": 1.0, "phase": "train"}
+    assert D.reduce_metrics(row, 3.0) == row
+    assert D.all_gather_objects(7) == [7]
+    info = D.init_distributed("cpu")
+    assert info.world_size == 1 and info.backend is None and info.is_main
+    b = random_batch(4, 2, 5, seed=0)
+    assert D.gather_step_batch(b) == (b, 0)
+
+
+def test_concatenated_shards_give_the_single_process_credit():
+    """Groups split over ranks, gathered in rank order: every module sees the same steps."""
+    whole = random_batch(6, 4, 8, embedding_dim=3, seed=1)
+    order = np.argsort(whole.group, kind="stable")
+    parts = []
+    for r in range(3):
+        groups = D.shard_groups(6, 3, r)
+        rows = order[np.isin(whole.group[order], list(groups))]
+        parts.append(
+            credit.StepBatch(
+                group=whole.group[rows],
+                traj=whole.traj[rows],
+                t=whole.t[rows],
+                reward=whole.reward[rows],
+                done=whole.done[rows],
+                state_key=whole.state_key[rows],
+                action_key=whole.action_key[rows],
+                valid=whole.valid[rows],
+                milestone=whole.milestone[rows],
+                value=whole.value[rows],
+                embedding=whole.embedding[rows],
+                success=whole.success[rows],
+                extras={k: v[rows] for k, v in whole.extras.items()},
+            )
+        )
+    joined = D.concat_step_batches(parts)
+    for name in ("gigpo", "gae", "grpo"):
+        a = credit.compute(whole, name).advantages[order]
+        b = credit.compute(joined, name).advantages
+        np.testing.assert_allclose(b, a, rtol=0, atol=1e-12, err_msg=name)
+
+
+# -- the FSDP2 learner: 1 process vs 2 ranks, DCP resume both ways -----------------------------
+#: Tolerance of parameters after the update(s). Both sides compute the same float32 per-row
+#: terms; they differ in how gradient contributions are summed (other micro-batches, then the
+#: cross-rank reduce-scatter), i.e. by float32 rounding of the gradient (~1e-7 relative). AdamW's
+#: first step moves each weight by lr * g / (|g| + eps); a rounding error d in g changes that by
+#: at most lr * d / eps, which for the smallest gradients (|g| ~ eps = 1e-8) is a small fraction
+#: of lr. We allow 2 % of one step (lr = 1e-3): 2e-5 absolute, far below the 1e-3 an update
+#: moves a weight, so a wrong normaliser or a dropped micro-batch (errors of order lr) fails.
+ATOL = 2e-5
+
+
+def _close(a: dict, b: dict, what: str) -> None:
+    assert a.keys() == b.keys(), what
+    worst = max(float((a[k] - b[k]).abs().max()) for k in a)
+    assert worst <= ATOL, f"{what}: max |difference| {worst:.3g} > {ATOL}"
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tiny_path, tmp_path_factory):
+    """Single-process results, then the same on 2 spawned ranks (which also resume ckpt1)."""
+    out = tmp_path_factory.mktemp("dist")
+    single = {}
+    for name in W.SCENARIOS:
+        learner, tok = W.make_learner(tiny_path, name, sharded=False)
+        metrics = W.run_update(learner, tok, 0, 1)
+        single[name] = {"params": W.full_params(learner), "metrics": metrics}
+        if name == "full":
+            checkpoint.save_learner(learner, out / "ckpt1", {"iteration": 1, "history": [1.5]})
+            W.run_update(learner, tok, 0, 1, seed=1)
+            single["full_next"] = W.full_params(learner)
+    t0 = time.monotonic()
+    W.launch(W.ranks_main, 2, tiny_path, str(out), timeout=300)
+    ranks = torch.load(out / "ranks.pt", weights_only=False)
+    return single, ranks, out, time.monotonic() - t0
+
+
+@pytest.mark.parametrize("name", list(W.SCENARIOS))
+def test_two_ranks_update_equals_one_process(two_ranks, name):
+    single, ranks, _, _ = two_ranks
+    _close(single[name]["params"], ranks[name]["params"], name)
+    ms, mr = single[name]["metrics"], ranks[name]["metrics"]
+    assert ms.keys() == mr.keys()
+    for k in ms:
+        # PPO diagnostics are means over micro-batches weighted by their sequences, so they
+        # depend on how rows fall into micro-batches (not the same on 2 ranks); loss terms,
+        # the gradient norm and counts are exact up to rounding.
+        loose = k in ("clip_frac", "ratio_mean", "approx_kl_old")
+        np.testing.assert_allclose(
+            mr[k], ms[k], rtol=0.1 if loose else 1e-4, atol=1e-3 if loose else 1e-6, err_msg=k
+        )
+
+
+def test_updates_move_the_weights(tiny_path, two_ranks):
+    single, _, _, _ = two_ranks
+    for name in W.SCENARIOS:
+        learner, _ = W.make_learner(tiny_path, name, sharded=False)
+        before = W.full_params(learner)
+        moved = max(float((single[name]["params"][k] - before[k]).abs().max()) for k in before)
+        assert moved > 20 * ATOL, name  # an Adam step moves weights by ~lr = 50 * ATOL
+
+
+def test_rollout_replica_gets_the_sharded_weights(two_ranks):
+    single, ranks, _, _ = two_ranks
+    replica = {f"policy.{k}": v for k, v in ranks["replica"].items()}
+    _close(
+        {k: single["full"]["params"][k] for k in replica if k in single["full"]["params"]},
+        {k: replica[k] for k in replica if k in single["full"]["params"]},
+        "replica",
+    )
+
+
+def test_resume_one_process_checkpoint_on_two_ranks(two_ranks):
+    single, ranks, _, _ = two_ranks
+    assert ranks["resumed"]["meta"] == {"iteration": 1, "history": [1.5]}
+    assert ranks["resumed"]["updates"] == 1
+    _close(single["full"]["params"], ranks["resumed"]["params"], "1->2 loaded")
+    # the optimiser state came along: one more update matches the uninterrupted process
+    _close(single["full_next"], ranks["resumed_next"], "1->2 next update")
+
+
+def test_resume_two_rank_checkpoint_in_one_process(tiny_path, two_ranks):
+    single, ranks, out, _ = two_ranks
+    learner, tok = W.make_learner(tiny_path, "full", sharded=False)
+    meta = checkpoint.load_learner(learner, out / "ckpt2")
+    assert meta == {"iteration": 1} and learner.updates == 1
+    _close(ranks["full"]["params"], W.full_params(learner), "2->1 loaded")
+    W.run_update(learner, tok, 0, 1, seed=1)
+    _close(single["full_next"], W.full_params(learner), "2->1 next update")
+
+
+def test_load_rejects_a_folder_without_checkpoint(tiny_path, tmp_path):
+    learner, _ = W.make_learner(tiny_path, "steps", sharded=False)
+    with pytest.raises(FileNotFoundError, match="not a checkpoint folder"):
+        checkpoint.load_learner(learner, tmp_path)
+
+
+def test_async_save_in_one_process(tiny_path, tmp_path):
+    learner, tok = W.make_learner(tiny_path, "steps", sharded=False)
+    W.run_update(learner, tok, 0, 1)
+    checkpoint.wait(checkpoint.save_learner(learner, tmp_path / "ck", async_save=True))
+    other, _ = W.make_learner(tiny_path, "steps", sharded=False)
+    checkpoint.load_learner(other, tmp_path / "ck")
+    a, b = W.full_params(learner), W.full_params(other)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+# -- failures ----------------------------------------------------------------------------------
+def test_a_raising_rank_ends_the_job_with_its_message(tmp_path):
+    """Rank 1 raises while rank 0 waits in all_reduce: torchrun stops rank 0 and reports rank
+    1's exception (recorded by agentrl.distributed.record), well before any collective timeout."""
+    script = tmp_path / "fail.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import torch, torch.distributed as dist
+            from agentrl import distributed as D
+
+            @D.record
+            def main():
+                D.init_distributed("cpu", timeout_s=600)
+                if D.rank() == 1:
+                    raise ValueError("rank 1 cannot read its shard of tasks (test)")
+                t = torch.zeros(1)
+                dist.all_reduce(t)
+
+            main()
+            """
+        )
+    )
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            str(script),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**__import__("os").environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+    )
+    elapsed = time.monotonic() - t0
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "rank 1 cannot read its shard of tasks (test)" in out
+    assert "ValueError" in out
+    assert elapsed < 100, f"the job took {elapsed:.0f} s to end"
