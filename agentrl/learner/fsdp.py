@@ -386,13 +386,13 @@ class FSDPLearner(Learner):
             full = p.full_tensor() if hasattr(p, "full_tensor") else p
             own[name].copy_(full)
 
-    # -- checkpoints (torch.distributed.checkpoint: see agentrl.checkpoint) --------------------
+    # -- checkpoints (torch.distributed.checkpoint: see agentrl.sharded_checkpoint) --------------------
     def state_dict(self):  # pragma: no cover - guard
         raise NotImplementedError(
-            "a sharded learner is saved with agentrl.checkpoint.save_learner (DCP), not state_dict"
+            "a sharded learner is saved with agentrl.sharded_checkpoint.save_learner (DCP), not state_dict"
         )
 
     def load_state_dict(self, state) -> None:  # pragma: no cover - guard
         raise NotImplementedError(
-            "a sharded learner is loaded with agentrl.checkpoint.load_learner (DCP)"
+            "a sharded learner is loaded with agentrl.sharded_checkpoint.load_learner (DCP)"
         )

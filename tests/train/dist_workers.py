@@ -163,7 +163,7 @@ def full_params(learner) -> dict[str, torch.Tensor]:
 def ranks_main(tiny_path: str, out: str) -> None:
     """On each of 2 ranks: every scenario's update, a DCP save, and a resume of the 1-process
     checkpoint ``out/ckpt1`` followed by one more update. Rank 0 writes ``out/ranks.pt``."""
-    from agentrl import checkpoint
+    from agentrl import sharded_checkpoint as checkpoint
     from agentrl.distributed import rank, world_size
 
     rk, world = rank(), world_size()

@@ -20,8 +20,9 @@ from agentrl.credit.synthetic import random_batch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentrl import checkpoint, credit
+from agentrl import credit
 from agentrl import distributed as D
+from agentrl import sharded_checkpoint as checkpoint
 
 from . import dist_workers as W
 
