@@ -101,6 +101,7 @@ class BM25Index:
         self.post_den = load("post_den")
         self.norms = load("norms")
         self.tiebreak = load("tiebreak")
+        self._term_numbers: dict[str, int] = {}
 
     # -- building --------------------------------------------------------------------------------
     @staticmethod
@@ -197,26 +198,41 @@ class BM25Index:
         """``(term number, boost)`` for each distinct analysed query term found in the index."""
         out = []
         for term, count in Counter(analyze(query)).items():
-            t = self.vocab.find(term.encode("utf-8"))
+            t = self._term_numbers.get(term)
+            if t is None:
+                t = self.vocab.find(term.encode("utf-8"))
+                if len(self._term_numbers) < 1 << 16:  # bounded per-process cache
+                    self._term_numbers[term] = t
             if t >= 0:
                 out.append((t, count))
         return out
 
-    def scores(self, query: str) -> tuple[np.ndarray, np.ndarray]:
-        """``(documents, float32 scores)`` of every document matching ``query`` (unordered)."""
+    def _accumulate(self, query: str) -> np.ndarray | None:
+        """Per-document scores (float64 sums of float32 term scores), or None if nothing matches."""
         terms = self.query_terms(query)
         if not terms:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
-        acc = np.zeros(self.num_docs, dtype=np.float64)
-        touched = []
+            return None
+        docs, parts = [], []
         for t, boost in terms:
             lo, hi = int(self.post_offsets[t]), int(self.post_offsets[t + 1])
             w = np.float32(np.float32(boost) * idf(hi - lo, self.doc_count))
-            docs = self.post_docs[lo:hi]
-            acc[docs] += w - w / self.post_den[lo:hi]
-            touched.append(docs)
-        docs = np.unique(np.concatenate(touched)) if len(touched) > 1 else np.asarray(touched[0])
-        return docs.astype(np.int64), acc[docs].astype(np.float32)
+            docs.append(self.post_docs[lo:hi])
+            parts.append(w - w / self.post_den[lo:hi])
+        if len(docs) == 1:
+            acc = np.zeros(self.num_docs, dtype=np.float64)
+            acc[docs[0]] = parts[0]
+            return acc
+        return np.bincount(
+            np.concatenate(docs), weights=np.concatenate(parts), minlength=self.num_docs
+        )
+
+    def scores(self, query: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(documents, float32 scores)`` of every document matching ``query``, by document."""
+        acc = self._accumulate(query)
+        if acc is None:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        docs = np.flatnonzero(acc)
+        return docs, acc[docs].astype(np.float32)
 
     def search(self, query: str, k: int = SEARCH_RETURN_N) -> list[int]:
         """Numbers of the best ``k`` documents for ``query``: score descending, then id."""
