@@ -5,6 +5,7 @@
     python scripts/bench_alfworld.py --only generation  # games per minute
     python scripts/bench_alfworld.py --only pool        # steps/s through EnvPool, 2 workers vs 1
     python scripts/bench_alfworld.py --only expert      # the expert on 10 games per task type
+    python scripts/bench_alfworld.py --only stats       # generated-game statistics per task type
 
 - latency: on the same games, the raw engine (TextWorld's ``PddlEnv`` in alfworld's
   ``AlfredDemangler``, asked for admissible commands and ``won``, what alfworld's ``AlfredTWEnv``
@@ -192,7 +193,7 @@ def bench_expert(data_dir: Path) -> None:
             _, _, terminated, truncated, info = env.step(env.expert_action())
             steps += 1
             done = terminated or truncated
-        per_type[info["category"]].append((bool(info["won"]), steps))
+        per_type[info["task_type"]].append((bool(info["won"]), steps))
     env.close()
     games = sum(len(v) for v in per_type.values())
     print(f"## Expert on {games} generated games (max_steps 50), {time.perf_counter() - t0:.0f} s")
@@ -208,11 +209,45 @@ def bench_expert(data_dir: Path) -> None:
     print(f"all      {games:>6} {total_won:>5}")
 
 
+def bench_stats(per_type: int, seed: int, splits: list[str]) -> None:
+    """Per split and task type: receptacles, shared locations, objects and optimal plan length
+    of generated games (the expert's plan is a shortest one, see oracle.py)."""
+    from agentrl.envs.alfworld.generate import Generator
+
+    gen = Generator()
+    print("split         type   games  receptacles  shared-loc recs  objects  plan (min-max)")
+    try:
+        for split in splits:
+            for t in TASK_TYPES.values():
+                recs, shared, objs, plans = [], [], [], []
+                for k in range(per_type):
+                    spec, plan = gen.make(t, split, seed, k)
+                    locs = [
+                        line.split()[-1].rstrip(")")
+                        for line in spec.problem.splitlines()
+                        if line.strip().startswith("(receptacleAtLocation")
+                    ]
+                    recs.append(len(locs))
+                    shared.append(sum(1 for x in locs if locs.count(x) > 1))
+                    objs.append(len(spec.objects))
+                    plans.append(len(plan))
+                print(
+                    f"{split:<13} {SHORT_NAMES[t]:<6} {per_type:>5} {statistics.mean(recs):>12.1f} "
+                    f"{statistics.mean(shared):>16.1f} {statistics.mean(objs):>8.1f} "
+                    f"{statistics.mean(plans):>6.1f} ({min(plans)}-{max(plans)})"
+                )
+    finally:
+        gen.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--only", choices=["latency", "generation", "pool", "expert"])
+    parser.add_argument("--only", choices=["latency", "generation", "pool", "expert", "stats"])
+    parser.add_argument(
+        "--stats-splits", nargs="+", default=["valid_seen", "valid_unseen"], help="for --only stats"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--per-type", type=int, default=10, help="games per task type for the expert check"
@@ -237,6 +272,8 @@ def main() -> None:
         bench_pool(data, args.pool_steps)
     if args.only in (None, "expert"):
         bench_expert(data)
+    if args.only == "stats":
+        bench_stats(args.per_type, args.seed, args.stats_splits)
 
 
 if __name__ == "__main__":

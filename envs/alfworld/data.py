@@ -19,7 +19,6 @@ first time it is asked for (deterministic for the seed, so concurrent workers ag
 
 from __future__ import annotations
 
-import json
 import operator
 import os
 import re
@@ -29,9 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..cache import cache_root
-from .engine import Engine, GameFileError
+from .engine import Engine, GameFileError, read_json
 from .generate import GENERATOR_VERSION, JSON_DIR, Generator, find_trial
+from .splits import official_counts
 from .tasks import SPLITS, TASK_TYPES
 
 __all__ = [
@@ -51,6 +53,9 @@ DATA_HINT = (
     "data_dir unset to use generated games from the cache."
 )
 _SOLVABLE = re.compile(r'"solvable"\s*:\s*(true|false|null)')
+_TYPE_NAME = re.compile(r"[A-Za-z]{0,64}")
+#: Orders of an official split: ``interleaved`` (ours) or ``alfworld`` (AlfredTWEnv's).
+ORDERS = ("interleaved", "alfworld")
 
 
 def default_cache_dir() -> Path:
@@ -77,20 +82,32 @@ class GameRef:
 
 
 def read_traj(path: Path) -> dict[str, Any]:
-    """Read ``traj_data.json``; errors name the file."""
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise GameFileError(f"{path}: traj_data.json not found") from None
-    except json.JSONDecodeError as exc:
-        raise GameFileError(f"{path}: not valid JSON ({exc})") from exc
+    """Read and check ``traj_data.json`` (task type and ``pddl_params``); errors name the file."""
+    data = read_json(path, "traj_data.json")
     if not isinstance(data, dict) or data.get("task_type") not in TASK_TYPES.values():
         got = data.get("task_type") if isinstance(data, dict) else type(data).__name__
         raise GameFileError(
             f"{path}: 'task_type' must be one of {list(TASK_TYPES.values())}, got {got!r}"
         )
-    if not isinstance(data.get("pddl_params"), dict):
+    params = data.get("pddl_params")
+    if not isinstance(params, dict):
         raise GameFileError(f"{path}: missing 'pddl_params' (object_target, parent_target, ...)")
+    needed = ["object_target"]
+    needed.append(
+        "toggle_target" if data["task_type"] == "look_at_obj_in_light" else "parent_target"
+    )
+    for key in ("object_target", "parent_target", "toggle_target", "mrecep_target"):
+        value = params.get(key, "")
+        if value is None:
+            value = ""
+        if not isinstance(value, str) or not _TYPE_NAME.fullmatch(value):
+            raise GameFileError(
+                f"{path}: pddl_params[{key!r}] must be an object type name (letters), got {value!r}"
+            )
+        if key in needed and not value:
+            raise GameFileError(
+                f"{path}: pddl_params[{key!r}] is empty; a {data['task_type']} task needs it"
+            )
     return data
 
 
@@ -117,17 +134,53 @@ def _interleave(by_type: dict[str, list[Any]], types: tuple[str, ...]) -> list[A
     return out
 
 
+def _unplayable(game: Path) -> str:
+    """Why ``AlfredTWEnv.collect_game_files`` would skip this game file ("" if it would not).
+
+    Its rule: the file exists, has a ``solvable`` key, and the key is true. Read as bytes and
+    searched for the key (without parsing the whole file); junk never reaches the JSON parser.
+    """
+    try:
+        head = game.read_bytes()
+    except FileNotFoundError:
+        return "no game.tw-pddl"
+    except OSError as exc:
+        return f"game.tw-pddl unreadable ({exc})"
+    m = _SOLVABLE.search(head.decode("utf-8", errors="replace"))
+    if m is None:
+        return "game.tw-pddl has no 'solvable' key"
+    if m.group(1) != "true":
+        return f"solvable={m.group(1)}"
+    return ""
+
+
 def _task_type_of(trial: Path) -> str | None:
     prefix = trial.parent.name.split("-", 1)[0]
     return prefix if prefix in TASK_TYPES.values() else None
 
 
 class OfficialGames:
-    """Games in the official layout under ``data_dir`` (see the module docstring)."""
+    """Games in the official layout under ``data_dir`` (see the module docstring).
 
-    def __init__(self, data_dir: str | Path, task_types: tuple[str, ...]):
+    ``order="alfworld"`` lists a split as alfworld's ``AlfredTWEnv`` plays it: the trials in
+    ``os.walk(topdown=False)`` order (the file system's), then shuffled by TextWorld's gym env
+    (``numpy.random.RandomState(order_seed).shuffle``; TextWorld seeds it with 1234 unless
+    ``env.seed`` is called). ``skipped[split]``: the trials left out and why.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | Path,
+        task_types: tuple[str, ...],
+        order: str = "interleaved",
+        order_seed: int = 1234,
+    ):
+        if order not in ORDERS:
+            raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
         self.root = find_json_root(data_dir)
         self.task_types = task_types
+        self.order = order
+        self.order_seed = int(order_seed)
         self._lists: dict[str, list[GameRef]] = {}
         self.skipped: dict[str, list[str]] = {}
 
@@ -138,6 +191,15 @@ class OfficialGames:
             self._lists[split] = self._scan(split)
         return self._lists[split]
 
+    def _trials(self, split_dir: Path) -> list[Path]:
+        if self.order == "alfworld":
+            return [
+                Path(root)
+                for root, _, files in os.walk(split_dir, topdown=False)
+                if "traj_data.json" in files
+            ]
+        return sorted(t.parent for t in split_dir.rglob("traj_data.json"))
+
     def _scan(self, split: str) -> list[GameRef]:
         split_dir = self.root / split
         if not split_dir.is_dir():
@@ -145,25 +207,38 @@ class OfficialGames:
                 f"split {split!r} missing: {split_dir} is not a directory. {DATA_HINT}"
             )
         by_type: dict[str, list[GameRef]] = {}
+        listed: list[GameRef] = []
         skipped: list[str] = []
-        for traj in sorted(split_dir.rglob("traj_data.json")):
-            trial = traj.parent
+        for trial in self._trials(split_dir):
             rel = trial.relative_to(self.root).as_posix()
             if "movable" in rel or "Sliced" in rel:
                 continue  # alfworld skips these too
-            task_type = _task_type_of(trial) or read_traj(traj)["task_type"]
+            try:
+                task_type = _task_type_of(trial) or read_traj(trial / "traj_data.json")["task_type"]
+            except GameFileError as exc:
+                skipped.append(f"{rel}: {exc}")
+                continue
             if task_type not in self.task_types:
                 continue
             game = trial / "game.tw-pddl"
-            if not game.is_file():
-                skipped.append(f"{rel}: no game.tw-pddl")
+            reason = _unplayable(game)
+            if reason:
+                skipped.append(f"{rel}: {reason}")
                 continue
-            m = _SOLVABLE.search(game.read_text(errors="replace"))
-            if m is not None and m.group(1) != "true":
-                skipped.append(f"{rel}: solvable={m.group(1)}")
-                continue
-            by_type.setdefault(task_type, []).append(GameRef(rel, split, task_type, trial))
+            ref = GameRef(rel, split, task_type, trial)
+            by_type.setdefault(task_type, []).append(ref)
+            listed.append(ref)
         self.skipped[split] = skipped
+        if skipped:
+            print(
+                f"ALFWorld: skipped {len(skipped)} trial(s) of {split_dir} (no game file, not "
+                f"marked solvable, or unreadable); see env.games.skipped[{split!r}]. First: "
+                f"{skipped[0]}",
+                file=sys.stderr,
+            )
+        if self.order == "alfworld":
+            np.random.RandomState(self.order_seed).shuffle(listed)
+            return listed
         return _interleave(by_type, self.task_types)
 
     def get(self, task_id: str) -> GameRef:
@@ -204,18 +279,23 @@ class GeneratedGames:
         self.out = base / f"generated-v{GENERATOR_VERSION}-seed{seed}-plan{max_plan_steps}"
         self.root = self.out / JSON_DIR
         self.task_types = task_types
-        self.per_type = {}
+        self.per_type: dict[str, dict[str, int]] = {}
         for s in SPLITS:
             n = per_type.get(s, 0)
+            if n == "official":
+                counts = official_counts(s)
+                self.per_type[s] = {t: counts[t] for t in task_types}
+                continue
             try:
                 ok = not isinstance(n, bool) and operator.index(n) >= 0
             except TypeError:
                 ok = False
             if not ok:
                 raise ValueError(
-                    f"generated[{s!r}] (games per task type) must be an integer >= 0, got {n!r}"
+                    f"generated[{s!r}] must be an integer >= 0 (games per task type) or "
+                    f"'official' (the released split's counts), got {n!r}"
                 )
-            self.per_type[s] = operator.index(n)
+            self.per_type[s] = dict.fromkeys(task_types, operator.index(n))
         self.seed = int(seed)
         self.max_plan_steps = int(max_plan_steps)
 
@@ -223,7 +303,7 @@ class GeneratedGames:
         if split not in SPLITS:
             raise ValueError(f"unknown ALFWorld split {split!r}; expected one of {SPLITS}")
         n = self.per_type[split]
-        by_type = {t: [self._ref(split, t, k) for k in range(n)] for t in self.task_types}
+        by_type = {t: [self._ref(split, t, k) for k in range(n[t])] for t in self.task_types}
         return _interleave(by_type, self.task_types)
 
     def _ref(self, split: str, task_type: str, k: int) -> GameRef:

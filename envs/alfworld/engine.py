@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Engine", "GameFileError", "import_engine", "read_game"]
+__all__ = ["Engine", "GameFileError", "import_engine", "read_game", "read_json"]
 
 _INSTALL_HINT = (
     "ALFWorld needs the alfworld package: pip install 'agentrl[alfworld]' (alfworld==0.4.2)"
@@ -59,6 +59,31 @@ def keep_argv() -> Iterator[None]:
         sys.argv[:] = saved
 
 
+def read_json(path: Path, what: str) -> Any:
+    """Parse a JSON file; every failure is a :class:`GameFileError` naming the file.
+
+    Covers: missing, unreadable (a directory, no permission), not UTF-8 (binary junk), not JSON,
+    and JSON nested too deeply for the parser (``RecursionError``).
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise GameFileError(f"{path}: {what} not found") from None
+    except OSError as exc:
+        raise GameFileError(f"{path}: cannot read {what} ({exc})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise GameFileError(f"{path}: {what} is not UTF-8 text ({exc})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise GameFileError(f"{path}: {what} is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise GameFileError(f"{path}: {what} is nested too deeply") from None
+
+
 def read_game(path: str | Path, *, require_solvable: bool = True) -> dict[str, Any]:
     """Read and check a ``game.tw-pddl`` file (JSON with the PDDL domain, problem and grammar).
 
@@ -66,16 +91,7 @@ def read_game(path: str | Path, *, require_solvable: bool = True) -> dict[str, A
     a key, or (with ``require_solvable``) is not marked solvable.
     """
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise GameFileError(f"{path}: game file not found") from None
-    except OSError as exc:
-        raise GameFileError(f"{path}: cannot read game file ({exc})") from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise GameFileError(f"{path}: not valid JSON ({exc})") from exc
+    data = read_json(path, "game file")
     if not isinstance(data, dict):
         raise GameFileError(f"{path}: expected a JSON object, got {type(data).__name__}")
     missing = [k for k in _REQUIRED_KEYS if not isinstance(data.get(k), str) or not data[k].strip()]
@@ -148,8 +164,12 @@ class Engine:
 
     def reset(self) -> Any:
         """Start the loaded game; returns TextWorld's game state (``feedback``, facts, ...)."""
-        with self._calling_engine():
-            return self._env.reset()
+        try:
+            with self._calling_engine():
+                return self._env.reset()
+        except (Exception, SystemExit) as exc:  # e.g. a grammar TextWorld cannot parse
+            what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            raise GameFileError(f"{self.path}: the engine cannot start the game ({what})") from None
 
     def step(self, command: str) -> Any:
         """Apply ``command``; an inadmissible one gives "Nothing happens." and no change."""

@@ -10,15 +10,32 @@ from .data import GameRef, GeneratedGames, OfficialGames, read_traj
 from .engine import Engine, read_game
 from .oracle import next_command
 from .tasks import SHORT_NAMES, SPLITS, parse_task_types
-from .world import MILESTONES, Task, facts_of, milestones, read_state, read_statics, state_key
+from .world import (
+    MILESTONES,
+    Task,
+    check_task,
+    facts_of,
+    milestones,
+    read_state,
+    read_statics,
+    state_key,
+)
 
-__all__ = ["ALFWorldEnv", "DEFAULT_GENERATED"]
+__all__ = ["ALFWorldEnv", "DEFAULT_GENERATED", "INVALID_RULES"]
 
-#: Generated games per task type and split when no data directory is given.
-DEFAULT_GENERATED: dict[str, int] = {"train": 100, "valid_seen": 20, "valid_unseen": 20}
+#: Generated games per split when no data directory is given: games per task type, or
+#: "official" for the released split's per-type counts (140 valid_seen, 134 valid_unseen).
+DEFAULT_GENERATED: dict[str, int | str] = {
+    "train": 100,
+    "valid_seen": "official",
+    "valid_unseen": "official",
+}
+#: What ``info["action_valid"]`` means (see the class docstring).
+INVALID_RULES = ("admissible", "format")
 _BANNER = "-= Welcome to TextWorld, ALFRED! =-"
 _TASK_MARK = "Your task is to: "
 _SPACES = re.compile(r"\s+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")  # control characters, lone surrogates
 _MAX_COMMAND = 512
 NOTHING = "Nothing happens."
 EXPERTS = ("oracle", "planner")
@@ -30,8 +47,11 @@ class ALFWorldEnv(TextEnv):
     - Data: ``data_dir`` in the official layout (``$ALFWORLD_DATA``, or a directory written by
       ``python -m agentrl.envs.alfworld.generate``); unset, generated games from the cache
       (``cache_dir``, default ``~/.cache/agentrl/alfworld``), made on first use: ``generated``
-      gives games per task type and split (``{"train": 100, "valid_seen": 20,
-      "valid_unseen": 20}``) and ``generator_seed`` the seed.
+      gives per split the games per task type, or ``"official"`` for the released split's
+      per-type counts (default ``{"train": 100, "valid_seen": "official", "valid_unseen":
+      "official"}``: 600, 140, 134 games) and ``generator_seed`` the seed. ``order``:
+      ``interleaved`` (default) or ``alfworld`` (``AlfredTWEnv``'s walk order shuffled with
+      ``order_seed``, 1234 as TextWorld does; official data only).
     - Tasks: ``reset(seed=s)`` plays training game ``s mod n`` of ``task_ids(train_split)``;
       ``reset(options={"task_id": id})`` plays that game. ``task_ids(split, limit)``: the fixed
       order of a split (task types interleaved). ``task_types`` filters (1-6, names or Pick, Look,
@@ -40,13 +60,19 @@ class ALFWorldEnv(TextEnv):
       ("You are in the middle of a room... Your task is to: ..."). ``instruction``: the task text
       of the intro. ``admissible_actions``: the engine's admissible commands without ``help``.
     - Actions: a command, matched after lower-casing and collapsing spaces. One the engine does
-      not admit gives its "Nothing happens." with ``action_valid=False`` and the state unchanged
-      (``help`` is admitted, as in the engine, though not listed).
+      not admit gives its "Nothing happens." and the state unchanged (``help`` is admitted, as
+      in the engine, though not listed). ``invalid_rule`` sets ``info["action_valid"]`` (which
+      the invalid-action penalty follows): ``admissible`` (default) = the command was
+      admissible; ``format`` = the action was a well-formed command (a non-empty string of at
+      most 512 characters without control characters), admissible or not: verl-agent's rule,
+      whose penalty follows only the output format.
     - Reward ``win_reward`` (10) when the task is won, else 0; the episode terminates when won
       and is truncated after ``max_steps`` (50) steps.
-    - ``category``: the task type; ``info["category_short"]`` its short name (Heat, ...).
+    - ``category``: the task type's short name, the ALFWorld paper's column name (Pick, Look,
+      Clean, Heat, Cool, Pick2); ``info["task_type"]`` the full name.
     - ``state_key``: digest of the engine's true state facts (agent location, held object,
-      every object's receptacle, open receptacles, hot/cool/clean/on/toggled/sliced flags).
+      every object's receptacle and location, open receptacles, hot/cool/clean/on/toggled/
+      sliced flags): equal keys give equal ``look``/``inventory`` text and admissible commands.
     - ``milestones``: sub-goals reached so far (``found``, ``picked``, ``heated``, ...,
       ``placed``; see ``world.MILESTONES``); ``score`` = fraction reached (1 when won).
     - ``expert_action()``: ``expert="oracle"`` (default) the full-knowledge expert of
@@ -64,6 +90,9 @@ class ALFWorldEnv(TextEnv):
         generator_seed: int = 0,
         cache_dir: str | None = None,
         expert: str = "oracle",
+        invalid_rule: str = "admissible",
+        order: str = "interleaved",
+        order_seed: int = 1234,
         render_mode: str | None = None,
     ):
         super().__init__(render_mode, max_text_length=16_384)
@@ -73,14 +102,24 @@ class ALFWorldEnv(TextEnv):
             raise ValueError(f"train_split must be one of {SPLITS}, got {train_split!r}")
         if expert not in EXPERTS:
             raise ValueError(f"expert must be one of {EXPERTS}, got {expert!r}")
+        if invalid_rule not in INVALID_RULES:
+            raise ValueError(f"invalid_rule must be one of {INVALID_RULES}, got {invalid_rule!r}")
+        self.invalid_rule = invalid_rule
         self.max_steps = int(max_steps)
         self.win_reward = float(win_reward)
         self.train_split = train_split
         self.expert = expert
         self.task_types = parse_task_types(task_types)
         if data_dir is not None and str(data_dir).strip():
-            self.games: OfficialGames | GeneratedGames = OfficialGames(data_dir, self.task_types)
+            self.games: OfficialGames | GeneratedGames = OfficialGames(
+                data_dir, self.task_types, order, order_seed
+            )
         else:
+            if order != "interleaved":
+                raise ValueError(
+                    f"order={order!r} needs official data (data_dir); generated games are listed "
+                    "interleaved"
+                )
             counts = dict(DEFAULT_GENERATED if generated is None else generated)
             unknown = set(counts) - set(SPLITS)
             if unknown:
@@ -147,7 +186,9 @@ class ALFWorldEnv(TextEnv):
         self._gs = self._engine.reset()
         facts = facts_of(self._gs["_facts"])
         if self._statics is None:
-            self._statics = read_statics(facts)
+            statics = read_statics(facts)
+            check_task(self._task, statics, ref.traj_file)
+            self._statics = statics
             self._names = self._engine.entity_names
         self._state = read_state(facts)
         intro = str(self._gs.feedback)
@@ -162,15 +203,18 @@ class ALFWorldEnv(TextEnv):
             raise RuntimeError("call reset() before step()")
         self._steps += 1
         command = _SPACES.sub(" ", action).strip().lower() if isinstance(action, str) else None
-        if command is None or len(command) > _MAX_COMMAND:
-            valid, self._obs = False, NOTHING  # not a command at all: the engine is not asked
+        well_formed = bool(command) and len(command) <= _MAX_COMMAND
+        well_formed = well_formed and not _CONTROL.search(command)
+        if not well_formed:
+            admissible, self._obs = False, NOTHING  # not a command at all: the engine is not asked
         else:
-            valid = command in self._gs["admissible_commands"]
+            admissible = command in self._gs["admissible_commands"]
             self._gs = self._engine.step(command)
             self._obs = str(self._gs.feedback).strip()
-            if valid:
+            if admissible:
                 self._state = read_state(facts_of(self._gs["_facts"]))
                 self._follow_plan(command)
+        valid = admissible if self.invalid_rule == "admissible" else well_formed
         won = bool(self._gs["won"])
         self._milestones = milestones(self._task, self._statics, self._state, won, self._milestones)
         truncated = not won and self._steps >= self.max_steps
@@ -187,14 +231,14 @@ class ALFWorldEnv(TextEnv):
         return make_info(
             instruction=self._instruction,
             task_id=ref.task_id,
-            category=task.task_type,
+            category=SHORT_NAMES[task.task_type],
             admissible_actions=[c for c in self._gs["admissible_commands"] if c != "help"],
             state_key=state_key(self._state),
             action_valid=valid,
             won=won,
             score=1.0 if won else len(self._milestones) / total,
             milestones=self._milestones,
-            category_short=SHORT_NAMES[task.task_type],
+            task_type=task.task_type,
             game_file=str(ref.game_file),
             steps=self._steps,
         )

@@ -15,32 +15,31 @@ exactly the layout ``alfworld-download`` produces, so any ALFWorld loader (ours,
 
 How a game is drawn (all choices from one seeded generator, so a seed fixes every game):
 
-1. a scene whose room type suits the task type (alfworld's ``GOALS_VALID``: heat/cool only in
-   kitchens, look only in living rooms and bedrooms, ...); ``train`` and ``valid_seen`` draw from
-   alfworld's training scenes, ``valid_unseen`` from its test scenes (unseen rooms, as in the
-   official split);
-2. the scene's receptacles (ids and poses from the package's layout files; static receptacle
-   types the scene has but the layout file does not list get instances on random floor points);
-3. the task: an object type with the needed affordance (heatable for Heat, ...) and a target
-   receptacle type that may hold it (for Look, a lamp type present in the scene);
-4. 1-3 instances of every pickupable object type of the scene (2-4 of the target for Pick2), each
-   in a random receptacle that may hold it, never in one of the target type (the goal must not
-   hold at the start); lamps on furniture;
-5. the agent on a random floor point;
-6. the PDDL goal and task text from alfworld's goal library, the grammar with the task text.
+1. an ALFRED task of the split and task type (object, target receptacle or lamp, scene) from
+   ``alfred_tasks.tsv`` (ALFRED's own split, see ``splits.py``), in proportion to its trials:
+   ``valid_unseen`` games are only in ALFRED's four unseen rooms, which ``train`` never uses;
+2. the scene's receptacles with the poses the agent uses them from (the package's
+   ``FloorPlan<N>-openable.json``); receptacles with one pose share a location, as in the
+   official games; static receptacle types the scene has but the file does not list get
+   instances on random floor points;
+3. 1-3 instances of every pickupable object type of the scene (2-4 of the target for Pick2),
+   each in a random receptacle that may hold it, with alfworld's task filters (a target object
+   never starts in a target receptacle, nor in the sink basin / microwave / fridge its
+   Clean / Heat / Cool task uses); lamps on furniture; target objects in a fridge start cool
+   (``isCool``), as alfworld's PDDL writer marks them;
+4. the agent on a random floor point;
+5. the PDDL goal and task text from alfworld's goal library, the grammar with the task text.
 
-Each game is then loaded into the real engine and played by the full-knowledge expert
-(``oracle.py``); every command must be admissible and the game must be won within
-``max_plan_steps``. Only then is it written (with ``solvable: true`` and the expert's commands as
-``walkthrough``); otherwise it is redrawn. (Fast Downward's replanner, the package's other
-solver, runs a blind uniform-cost search that takes minutes on kitchen scenes; alfworld's own
-``alfworld-generate`` checks solvability with its hand-coded expert by default.)
+Each game is then loaded into the real engine and the full-knowledge expert's shortest plan
+(``oracle.py``) replayed; every command must be admissible and the game must be won within
+``max_plan_steps``. Only then is it written (with ``solvable: true`` and the plan as
+``walkthrough``); otherwise it is redrawn.
 
-Differences from the official data (see docs/envs/alfworld.md): object placement is uniform over
-allowed receptacles rather than THOR physics; no sliced or movable-receptacle tasks (alfworld
-skips those too); task texts are the goal-library templates (the official games also use them
-unless human annotations are switched on); the walkthrough is the full-knowledge expert's, not the hand-coded
-expert's; receptacles get a location each.
+Differences from the official data (docs/envs/alfworld.md lists them with statistics): thinner
+receptacle inventories (only what the layout files list), uniform object placement rather than
+THOR physics, objects located at their receptacle, no sliced or movable-receptacle tasks
+(alfworld skips those too), goal-library task texts (as the official games unless human
+annotations are switched on).
 """
 
 from __future__ import annotations
@@ -60,8 +59,9 @@ from typing import Any
 import numpy as np
 
 from .engine import Engine, GameFileError
-from .oracle import next_command
+from .oracle import plan
 from .scenes import DEFAULT_INSTANCES, LAMP_HOLDERS, Rules, Scene, load_rules, load_scenes
+from .splits import TaskSpec, official_counts, task_specs
 from .tasks import SPLITS, TASK_TYPES, parse_task_types
 from .world import Task, facts_of, read_state, read_statics
 
@@ -76,7 +76,7 @@ __all__ = [
 ]
 
 #: Bump when a change alters the games drawn for a given seed (it keys the cache).
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 JSON_DIR = "json_2.1.1"
 LAMPS = ("DeskLamp", "FloorLamp")
 #: A task's target receptacle may not be the appliance the task uses.
@@ -89,6 +89,12 @@ _NEEDS = {  # task type -> (affordance the object needs, receptacle type the tas
     "pick_clean_then_place_in_recep": ("Cleanable", "SinkBasin"),
     "pick_heat_then_place_in_recep": ("Heatable", "Microwave"),
     "pick_cool_then_place_in_recep": ("Coolable", "Fridge"),
+}
+#: Receptacle types a task's target objects may not start in (alfworld's task filters).
+_APPLIANCE_START = {
+    "pick_clean_then_place_in_recep": {"SinkBasin"},
+    "pick_heat_then_place_in_recep": {"Microwave"},
+    "pick_cool_then_place_in_recep": {"Fridge"},
 }
 _MAX_ATTEMPTS = 200
 
@@ -160,28 +166,46 @@ class Generator:
 
     # -- drawing -----------------------------------------------------------------------------
     def scene_pool(self, task_type: str, split: str) -> list[Scene]:
-        rooms = self.rules.goal_rooms[task_type]
-        unseen = split == "valid_unseen"
-        return [
-            s
-            for n, s in sorted(self.scenes.items())
-            if s.room in rooms and (n in self.rules.test_scenes) == unseen
-        ]
+        """Scenes ALFRED uses for ``task_type`` in ``split`` (and the package has layouts for)."""
+        numbers = {s.scene for s in task_specs(split, task_type)}
+        return [self.scenes[n] for n in sorted(numbers) if n in self.scenes]
 
-    def draw(self, task_type: str, scene: Scene, rng: np.random.Generator) -> GameSpec | None:
-        """Draw one game of ``task_type`` in ``scene`` (None if the scene cannot host it)."""
+    def draw_spec(self, task_type: str, split: str, rng: np.random.Generator) -> TaskSpec:
+        """One of ALFRED's tasks of ``task_type`` in ``split``, drawn in proportion to its trials."""
+        specs = [s for s in task_specs(split, task_type) if s.scene in self.scenes]
+        if not specs:
+            raise GenerationError(f"ALFRED has no {task_type} task in {split} with a known scene")
+        weights = np.array([s.trials for s in specs], dtype=float)
+        return specs[int(rng.choice(len(specs), p=weights / weights.sum()))]
+
+    def draw(
+        self,
+        task_type: str,
+        scene: Scene,
+        rng: np.random.Generator,
+        spec: TaskSpec | None = None,
+    ) -> GameSpec | None:
+        """Draw one game of ``task_type`` in ``scene`` (None if the scene cannot host it).
+
+        ``spec``: the ALFRED task (object and target types) to build; None draws them freely.
+        """
         rules = self.rules
         recs = self._receptacles(scene, rng)
         by_type: dict[str, list[str]] = {}
         for rid, rtype, _ in recs:
             by_type.setdefault(rtype, []).append(rid)
         present = sorted(t for t in scene.types if t in rules.pickupable)
+        if spec is not None and spec.obj in rules.pickupable and spec.obj not in present:
+            present = sorted([*present, spec.obj])  # ALFRED spawned it in this scene
         holders = {o: sorted(r for r in by_type if o in rules.holds[r]) for o in present}
         present = [o for o in present if holders[o]]
-        task = self._draw_task(task_type, present, holders, by_type, scene, rng)
+        task = self._draw_task(task_type, present, holders, by_type, scene, rng, spec)
         if task is None:
             return None
         obj, parent, toggle = task
+        # Where target objects may not start (alfworld's TaskGameState.get_filter_crit): not in
+        # a target receptacle (the goal must not hold), nor in the appliance the task uses.
+        banned = {parent} | _APPLIANCE_START.get(task_type, set())
 
         # Objects: PDDL name -> (type, receptacle id). Target type first, then the others.
         placed: dict[str, tuple[str, str]] = {}
@@ -189,7 +213,7 @@ class Generator:
         rec_pose = {rid: pose for rid, _, pose in recs}
         for otype in [obj] + [o for o in present if o != obj]:
             allowed = [
-                r for r in by_type if otype in rules.holds[r] and not (otype == obj and r == parent)
+                r for r in by_type if otype in rules.holds[r] and not (otype == obj and r in banned)
             ]
             if not allowed:
                 if otype == obj:
@@ -213,7 +237,7 @@ class Generator:
         if toggle and not any(t == toggle for t, _ in placed.values()):
             return None
 
-        rec_locs = _unique_locations(recs)
+        rec_locs = receptacle_locations(recs)
         start = self._agent_start(scene, set(rec_locs.values()), rng)
         if start is None:
             return None
@@ -226,7 +250,7 @@ class Generator:
         }
         goal_text = templates[int(rng.integers(len(templates)))].format(**names)
         goal = self.goals[task_type]["pddl"].format(obj=obj, recep=parent, toggle=toggle, mrecep="")
-        problem = self._problem(recs, rec_locs, placed, start, goal.replace("#", "-"), rng)
+        problem = self._problem(recs, rec_locs, placed, start, goal.replace("#", "-"), obj)
         params = {
             "object_target": obj,
             "parent_target": parent,
@@ -238,10 +262,13 @@ class Generator:
         objects = {name: t for name, (t, _) in placed.items()}
         return GameSpec(task_type, scene, params, goal_text, problem, entropy, objects)
 
-    def _draw_task(self, task_type, present, holders, by_type, scene, rng):
+    def _draw_task(self, task_type, present, holders, by_type, scene, rng, spec=None):
         rules = self.rules
         if task_type == "look_at_obj_in_light":
             lamps = [lamp for lamp in LAMPS if lamp in scene.types]
+            if spec is not None:
+                ok = spec.obj in present and spec.target in lamps
+                lamps, present = ([spec.target], [spec.obj]) if ok else ([], [])
             if not lamps or not present or not any(t in by_type for t in LAMP_HOLDERS):
                 return None
             obj = present[int(rng.integers(len(present)))]
@@ -254,8 +281,12 @@ class Generator:
         for o in present:
             if affordance and o not in rules.affordances[affordance]:
                 continue
+            if spec is not None and o != spec.obj:
+                continue
             # the target needs another receptacle type to start in
             targets = [r for r in holders[o] if r not in excluded and len(holders[o]) > 1]
+            if spec is not None:
+                targets = [r for r in targets if r == spec.target]
             if targets:
                 options.append((o, targets))
         if not options:
@@ -297,7 +328,7 @@ class Generator:
                 return loc
         return None
 
-    def _problem(self, recs, rec_locs, placed, start, goal, rng) -> str:
+    def _problem(self, recs, rec_locs, placed, start, goal, target: str) -> str:
         rules = self.rules
         objs = {_mangle(tid): (t, _mangle(rid)) for tid, (t, rid) in placed.items()}
         recm = {_mangle(rid): t for rid, t, _ in recs}
@@ -338,6 +369,13 @@ class Generator:
                 if t in rules.affordances[aff]:
                     lines.append(f"        ({pred} {o})")
         lines += [f"        (openable {r})" for r, t in sorted(recm.items()) if t in rules.openable]
+        # alfworld's PlannedGameState.state_to_pddl: a target-type object that starts in a fridge
+        # is already cool.
+        lines += [
+            f"        (isCool {o})"
+            for o, (t, r) in sorted(objs.items())
+            if t == target and recm[r] == "Fridge"
+        ]
         lines.append(f"        (atLocation agent1 {start})")
         lines += [f"        (inReceptacle {o} {r})" for o, (_, r) in sorted(objs.items())]
         lines += [f"        (receptacleAtLocation {r} {locs[r]})" for r in sorted(recm)]
@@ -364,8 +402,8 @@ class Generator:
     def solve(self, spec: GameSpec) -> list[str] | None:
         """Solve the game on the real engine with the full-knowledge expert (``oracle.py``).
 
-        Every command must be admissible and the game must be won within ``max_plan_steps``;
-        returns the commands (the walkthrough), or None.
+        The expert's shortest plan is replayed: every command must be admissible and the game
+        must be won, within ``max_plan_steps``; returns the commands (the walkthrough), or None.
         """
         task = Task.from_params(spec.task_type, spec.params)
         try:
@@ -377,26 +415,23 @@ class Generator:
             return None  # the goal must not hold at the start
         statics = read_statics(facts_of(state["_facts"]))
         names = self.engine.entity_names
-        plan: list[str] = []
-        while not state["won"] and len(plan) < self.max_plan_steps:
-            cmd = next_command(task, statics, read_state(facts_of(state["_facts"])), names)
-            if cmd is None or cmd not in state["admissible_commands"]:
+        commands = plan(task, statics, read_state(facts_of(state["_facts"])), names)
+        if not commands or len(commands) > self.max_plan_steps:
+            return None
+        for cmd in commands:
+            if cmd not in state["admissible_commands"]:
                 return None
             state = self.engine.step(cmd)
-            plan.append(cmd)
-        return plan if state["won"] else None
+        return commands if state["won"] else None
 
     def make(self, task_type: str, split: str, seed: int, index: int) -> tuple[GameSpec, list[str]]:
         """Game ``index`` of ``task_type`` in ``split`` for ``seed``: drawn until solvable."""
-        pool = self.scene_pool(task_type, split)
-        if not pool:
-            raise GenerationError(f"no scene of the alfworld package suits {task_type} in {split}")
         rng = np.random.default_rng(
             [int(seed), SPLITS.index(split), _type_index(task_type), int(index)]
         )
         for _ in range(_MAX_ATTEMPTS):
-            scene = pool[int(rng.integers(len(pool)))]
-            spec = self.draw(task_type, scene, rng)
+            task = self.draw_spec(task_type, split, rng)
+            spec = self.draw(task_type, self.scenes[task.scene], rng, task)
             if spec is None:
                 continue
             plan = self.solve(spec)
@@ -451,22 +486,13 @@ class Generator:
         self._engine = None
 
 
-def _unique_locations(recs) -> dict[str, str]:
-    """One location per receptacle (THOR poses can coincide; ALFWorld's "go to" names one).
+def receptacle_locations(recs) -> dict[str, str]:
+    """Each receptacle's location: the pose the agent uses it from, as in the official games.
 
-    A receptacle whose pose is taken moves to the next free rotation, then the next grid cell.
+    Receptacles with the same pose share a location (e.g. stacked drawers opened from one spot):
+    "go to" either one puts the agent at both, and ``look`` lists both.
     """
-    taken: set[str] = set()
-    out = {}
-    for rid, _, (x, z, rot, horizon) in recs:
-        for step in range(64):
-            dx, r = divmod(step, 4)
-            loc = _loc(x + 0.25 * dx, z, rot + 90 * r, horizon)
-            if loc not in taken:
-                break
-        taken.add(loc)
-        out[rid] = loc
-    return out
+    return {rid: _loc(x, z, rot, horizon) for rid, _, (x, z, rot, horizon) in recs}
 
 
 def _type_index(task_type: str) -> int:
@@ -485,7 +511,7 @@ def find_trial(split_dir: Path, task_type: str, seed: int, index: int) -> Path |
 
 def generate_games(
     out: str | Path,
-    per_type: int | dict[str, int],
+    per_type: int | str | dict[str, int | str],
     seed: int = 0,
     splits: Sequence[str] = SPLITS,
     task_types: Iterable[int | str] | None = None,
@@ -494,20 +520,27 @@ def generate_games(
 ) -> dict[str, Any]:
     """Generate games under ``out/json_2.1.1/<split>/`` (existing ones are kept, not redone).
 
-    ``per_type``: games per task type and split (an int, or a dict split -> int). Returns a
-    summary: games per split and task type, new games written, seconds spent.
+    ``per_type``: games per task type and split: an int, ``"official"`` (the released split's
+    per-type counts), or a dict split -> either. Returns a summary: games per split and task
+    type, new games written, seconds spent.
     """
     splits = list(splits)
     for s in splits:
         if s not in SPLITS:
             raise ValueError(f"unknown split {s!r}; expected one of {SPLITS}")
-    counts = per_type if isinstance(per_type, dict) else dict.fromkeys(splits, per_type)
-    for s, n in counts.items():
-        if int(n) < 0:
-            raise ValueError(f"per_type must be >= 0, got {n} for {s}")
     types = parse_task_types(task_types)
+    given = per_type if isinstance(per_type, dict) else dict.fromkeys(splits, per_type)
+    counts: dict[str, dict[str, int]] = {}
+    for s in splits:
+        n = given.get(s, 0)
+        if n == "official":
+            counts[s] = {t: official_counts(s)[t] for t in types}
+        elif isinstance(n, int) and not isinstance(n, bool) and n >= 0:
+            counts[s] = dict.fromkeys(types, n)
+        else:
+            raise ValueError(f"per_type must be an integer >= 0 or 'official', got {n!r} for {s}")
     root = Path(out) / JSON_DIR
-    jobs = [(s, t, k) for s in splits for t in types for k in range(int(counts.get(s, 0)))]
+    jobs = [(s, t, k) for s in splits for t in types for k in range(counts[s][t])]
     gen: Generator | None = None
     written, t0 = 0, time.perf_counter()
     bar = _progress(len(jobs), progress)
@@ -526,7 +559,7 @@ def generate_games(
     summary = {
         "out": str(root),
         "seed": seed,
-        "games": {s: {t: int(counts.get(s, 0)) for t in types} for s in splits},
+        "games": counts,
         "written": written,
         "seconds": round(time.perf_counter() - t0, 2),
     }
@@ -551,6 +584,17 @@ def _progress(total: int, enabled: bool):
     return tqdm(total=total, desc="ALFWorld games", unit="game", file=sys.stderr)
 
 
+def _per_type(value: str) -> int | str:
+    if value == "official":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected an integer or 'official', got {value!r}"
+        ) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m agentrl.envs.alfworld.generate",
@@ -559,7 +603,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--out", required=True, help="output directory (games go to OUT/json_2.1.1/<split>/)"
     )
-    parser.add_argument("--per-type", type=int, required=True, help="games per task type and split")
+    parser.add_argument(
+        "--per-type",
+        type=_per_type,
+        required=True,
+        help="games per task type and split, or 'official' (the released splits' counts)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--splits", nargs="+", default=list(SPLITS), choices=SPLITS)
     parser.add_argument(

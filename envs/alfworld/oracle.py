@@ -1,25 +1,35 @@
-"""A full-knowledge ALFWorld expert: the next command of a shortest solution, from the true state.
+"""A full-knowledge ALFWorld expert: the first command of a shortest solution from the true state.
 
 The ALFWorld package offers two experts: Fast Downward's replanner (blind uniform-cost search:
 exact, but it takes minutes on kitchen scenes with twenty openable receptacles) and a hand-coded
-expert that explores receptacles one by one (it sees only what the agent sees, and can need
-more than 50 steps in large rooms). This expert knows the true state, like the planner, and
-follows the plan every solution of the six task types shares: go to a receptacle holding a
-target object (open it if needed), take it; heat/cool/clean it at the appliance if the task asks;
-for Look, go to the lamp and use it; otherwise go to a target receptacle (open it if needed) and
-put the object there; Pick2 repeats for a second object into the same receptacle. Each
-``go to``/``open``/``take``/``move`` is one step, so the plan has the planner's length whenever
-no object needs moving out of the way (in ALFWorld nothing ever does: receptacles have no
-capacity).
+expert that explores receptacles one by one (it sees only what the agent sees, and can need more
+than 50 steps in large rooms). This expert knows the true state, like the planner, and returns a
+shortest plan in commands.
 
-Pure function of the task, the static facts, the state and the entity names.
+Why enumeration is exact: in the ALFWorld domain every command costs one step, objects never
+block each other (receptacles have no capacity), closing is never needed, and the only commands
+that change what later commands may do are ``go to`` (the agent's location), ``open`` (a
+receptacle stays open), ``take``/``move`` and the treatment (``heat``/``cool``/``clean``) or
+``use``. So every solution is, up to useless detours, one of a few shapes: put away a held
+object the task does not need; take a target object (go to its receptacle if elsewhere, open it
+if closed); treat it at an appliance unless it already has the flag (go there if elsewhere);
+for Look, be at a lamp's location and use it (unless it is already on); otherwise go to a target
+receptacle, open it if closed, move the object there; Pick2 twice into one receptacle (one
+already there counts). :func:`plan` tries every choice of held-object drop site, target
+object(s), appliance, lamp and destination, counts the commands of each, and keeps the shortest
+(ties: by entity ids, deterministic). Its length is the optimum Fast Downward finds when all
+action costs are one; ``tests/envs/test_alfworld_engine.py`` compares them on generated games.
+
+Pure functions of the task, the static facts, the state and the entity names.
 """
 
 from __future__ import annotations
 
-from .world import State, Statics, Task, placed_targets
+from dataclasses import dataclass, field, replace
 
-__all__ = ["next_command"]
+from .world import State, Statics, Task
+
+__all__ = ["next_command", "plan"]
 
 _TREAT = {  # task type -> (flag, appliance type, verb)
     "pick_clean_then_place_in_recep": ("isclean", "sinkbasin", "clean"),
@@ -30,91 +40,186 @@ _TREAT = {  # task type -> (flag, appliance type, verb)
 
 def next_command(task: Task, st: Statics, s: State, names: dict[str, str]) -> str | None:
     """The expert's next command, or None when the state offers no way (never in valid games)."""
-    ctx = _Ctx(task, st, s, names)
-    try:
-        return ctx.next()
-    except _NoWay:
-        return None
+    commands = plan(task, st, s, names)
+    return commands[0] if commands else None
 
 
-class _NoWay(Exception):
-    pass
+def plan(task: Task, st: Statics, s: State, names: dict[str, str]) -> list[str] | None:
+    """A shortest list of commands from ``s`` to the goal ([] if met; None if none exists)."""
+    start = _Sim(st, names, s.at, s.held, s.opened, dict(s.inrec), _flagged(s))
+    if _done(task, st, start):
+        return []
+    best: list[str] | None = None
+    for sim in _drop_held(task, st, start):
+        for cand in _solve(task, st, sim):
+            if best is None or len(cand.commands) < len(best):
+                best = cand.commands
+    return best
 
 
-class _Ctx:
-    def __init__(self, task: Task, st: Statics, s: State, names: dict[str, str]):
-        self.task, self.st, self.s, self.names = task, st, s, names
+@dataclass
+class _Sim:
+    """An abstract copy of the state a candidate plan walks through, and its commands so far."""
 
-    def name(self, entity: str) -> str:
-        return self.names[entity]
+    st: Statics
+    names: dict[str, str]
+    at: str | None
+    held: str | None
+    opened: frozenset[str]
+    where: dict[str, str]  # object -> receptacle
+    flags: frozenset[tuple[str, str]]  # (flag, object)
+    commands: list[str] = field(default_factory=list)
 
-    def at(self, r: str) -> bool:
-        return self.s.at == self.st.rloc.get(r)
+    def copy(self) -> _Sim:
+        return replace(self, where=dict(self.where), commands=list(self.commands))
 
-    def closed(self, r: str) -> bool:
-        return r in self.st.openable and r not in self.s.opened
+    def n(self, e: str) -> str:
+        return self.names[e]
 
-    def best(self, receptacles: list[str]) -> str:
-        """Prefer the receptacle here, then one not closed, then by id (deterministic)."""
-        if not receptacles:
-            raise _NoWay
-        return min(receptacles, key=lambda r: (not self.at(r), self.closed(r), r))
+    def goto(self, r: str) -> None:
+        loc = self.st.rloc.get(r)
+        if self.at != loc:
+            self.commands.append(f"go to {self.n(r)}")
+            self.at = loc
 
-    def reach(self, r: str, then: str) -> str:
-        if not self.at(r):
-            return f"go to {self.name(r)}"
-        if self.closed(r):
-            return f"open {self.name(r)}"
-        return then
+    def reach(self, r: str) -> None:
+        """Be at ``r`` with it open (if it opens)."""
+        self.goto(r)
+        if r in self.st.openable and r not in self.opened:
+            self.commands.append(f"open {self.n(r)}")
+            self.opened = self.opened | {r}
 
-    def next(self) -> str:
-        task, st, s = self.task, self.st, self.s
-        held = s.held
-        holding_target = held is not None and st.otype.get(held) == task.obj
-        if held is not None and not holding_target:
-            return self.put_away(held)
-        if task.task_type == "look_at_obj_in_light":
-            if not holding_target:
-                return self.fetch(exclude=None)
-            lamps = [o for o in st.objects_of(task.toggle) if s.where(o) is not None]
-            if not lamps:
-                raise _NoWay
-            lamp = min(lamps, key=lambda o: (not self.at(s.where(o)), o))
-            r = s.where(lamp)
-            return f"use {self.name(lamp)}" if self.at(r) else f"go to {self.name(r)}"
-        dest = self.destination()
-        if not holding_target:
-            return self.fetch(exclude=dest)
-        treat = _TREAT.get(task.task_type)
-        if treat and not s.has(treat[0], held):
-            app = self.best(st.receptacles_of(treat[1]))
-            if not self.at(app):
-                return f"go to {self.name(app)}"
-            return f"{treat[2]} {self.name(held)} with {self.name(app)}"
-        return self.reach(dest, f"move {self.name(held)} to {self.name(dest)}")
+    def take(self, o: str) -> None:
+        r = self.where.pop(o)
+        self.reach(r)
+        self.commands.append(f"take {self.n(o)} from {self.n(r)}")
+        self.held = o
 
-    def destination(self) -> str:
-        """The target receptacle; for Pick2 the one already holding a target object."""
-        placed = placed_targets(self.task, self.st, self.s)
-        if self.task.task_type == "pick_two_obj_and_place" and placed:
-            return max(sorted(placed), key=lambda r: len(placed[r]))
-        return self.best(self.st.receptacles_of(self.task.parent))
+    def put(self, r: str) -> None:
+        o = self.held
+        assert o is not None
+        self.reach(r)
+        self.commands.append(f"move {self.n(o)} to {self.n(r)}")
+        self.where[o] = r
+        self.held = None
 
-    def fetch(self, exclude: str | None) -> str:
-        """Go to and take a target object (not one already in ``exclude``)."""
-        s = self.s
-        options = [
-            o for o in self.st.objects_of(self.task.obj) if s.where(o) not in (None, exclude)
-        ]
-        if not options:
-            raise _NoWay
-        o = min(options, key=lambda o: (not self.at(s.where(o)), self.closed(s.where(o)), o))
-        r = s.where(o)
-        return self.reach(r, f"take {self.name(o)} from {self.name(r)}")
+    def treat(self, flag: str, app: str | None, verb: str) -> bool:
+        """Give the held object ``flag`` at ``app`` unless it has it (False: no appliance)."""
+        o = self.held
+        assert o is not None
+        if (flag, o) in self.flags:
+            return True
+        if app is None:
+            return False
+        self.goto(app)
+        self.commands.append(f"{verb} {self.n(o)} with {self.n(app)}")
+        self.flags = self.flags | {(flag, o)}
+        return True
 
-    def put_away(self, held: str) -> str:
-        """Put down an object the task does not need, where it is allowed to go."""
-        otype = self.st.otype.get(held)
-        ok = [r for r, t in self.st.rtype.items() if (t, otype) in self.st.can_contain]
-        r = self.best(ok)
-        return self.reach(r, f"move {self.name(held)} to {self.name(r)}")
+
+def _flagged(s: State) -> frozenset[tuple[str, str]]:
+    return frozenset((flag, o) for flag, objs in s.flags for o in objs)
+
+
+def _done(task: Task, st: Statics, sim: _Sim) -> bool:
+    if task.task_type == "look_at_obj_in_light":
+        holding = sim.held is not None and st.otype.get(sim.held) == task.obj
+        return holding and any(
+            st.otype.get(o) == task.toggle
+            and ("istoggled", o) in sim.flags
+            and st.rloc.get(r) == sim.at
+            for o, r in sim.where.items()
+        )
+    counts: dict[str, int] = {}
+    treat = _TREAT.get(task.task_type)
+    for o, r in sim.where.items():
+        if st.otype.get(o) != task.obj or st.rtype.get(r) != task.parent:
+            continue
+        if treat is None or (treat[0], o) in sim.flags:
+            counts[r] = counts.get(r, 0) + 1
+    need = 2 if task.task_type == "pick_two_obj_and_place" else 1
+    return any(n >= need for n in counts.values())
+
+
+def _drop_held(task: Task, st: Statics, sim: _Sim) -> list[_Sim]:
+    """States after putting away a held object the task does not use (every allowed spot)."""
+    if sim.held is None or st.otype.get(sim.held) == task.obj:
+        return [sim]
+    otype = st.otype.get(sim.held)
+    out = []
+    for r in sorted(st.rtype):
+        if (st.rtype[r], otype) in st.can_contain:
+            nxt = sim.copy()
+            nxt.put(r)
+            out.append(nxt)
+    return out
+
+
+def _targets(task: Task, st: Statics, sim: _Sim) -> list[str]:
+    return sorted(o for o, t in st.otype.items() if t == task.obj and o in sim.where)
+
+
+def _solve(task: Task, st: Statics, sim: _Sim) -> list[_Sim]:
+    """Every candidate solution from ``sim`` (holding nothing, or a target object)."""
+    if task.task_type == "look_at_obj_in_light":
+        return _solve_look(task, st, sim)
+    treat = _TREAT.get(task.task_type)
+    apps: list[str | None] = list(st.receptacles_of(treat[1])) if treat else []
+    apps = apps or [None]  # no appliance: only objects that already have the flag will do
+    out: list[_Sim] = []
+    for dest in st.receptacles_of(task.parent):
+        if task.task_type == "pick_two_obj_and_place":
+            out += _solve_pick_two(task, st, sim, dest)
+            continue
+        sources = [sim.held] if sim.held is not None else _targets(task, st, sim)
+        for o in sources:
+            for app in apps:
+                c = sim.copy()
+                if c.held is None:
+                    c.take(o)
+                if treat is not None and not c.treat(treat[0], app, treat[2]):
+                    continue
+                c.put(dest)
+                out.append(c)
+    return out
+
+
+def _solve_pick_two(task: Task, st: Statics, sim: _Sim, dest: str) -> list[_Sim]:
+    inside = [o for o in _targets(task, st, sim) if sim.where[o] == dest]
+    need = max(0, 2 - len(inside))
+    outside = [o for o in _targets(task, st, sim) if sim.where[o] != dest]
+    firsts = [sim.held] if sim.held is not None else outside
+    out = []
+    for o1 in firsts:
+        c1 = sim.copy()
+        if c1.held is None:
+            c1.take(o1)
+        c1.put(dest)
+        if need <= 1:
+            out.append(c1)
+            continue
+        for o2 in outside:
+            if o2 == o1:
+                continue
+            c2 = c1.copy()
+            c2.take(o2)
+            c2.put(dest)
+            out.append(c2)
+    return out
+
+
+def _solve_look(task: Task, st: Statics, sim: _Sim) -> list[_Sim]:
+    lamps = sorted(o for o, t in st.otype.items() if t == task.toggle and o in sim.where)
+    sources = [sim.held] if sim.held is not None else _targets(task, st, sim)
+    out = []
+    for o in sources:
+        for lamp in lamps:
+            c = sim.copy()
+            if c.held is None:
+                c.take(o)
+            c.goto(c.where[lamp])
+            if ("istoggled", lamp) not in c.flags:
+                c.commands.append(f"use {c.n(lamp)}")
+                c.flags = c.flags | {("istoggled", lamp)}
+            out.append(c)
+    return out

@@ -4,7 +4,9 @@ Pure functions over fact tuples ``(predicate, arg, ...)`` (lower case, as Fast D
 them): :func:`read_statics` once per game, :func:`read_state` after every step. On top of them:
 the canonical :func:`state_key` and the task :func:`milestones`.
 
-What counts as state: the agent's location, what it holds, where every object is, which
+What counts as state: the agent's location, what it holds, every object's receptacle and
+location (``objectAtLocation``: ``look`` lists the objects at the agent's location that are not in
+a receptacle there, so with receptacles sharing a location it shows in the text), which
 receptacles are open, and the objects' hot/cool/clean/on/toggled/sliced flags. Bookkeeping
 facts the domain sets on ``look``/``examine``/``inventory`` (``checked``) are not state: they
 change no precondition or goal, so "look" leaves the state key unchanged.
@@ -22,6 +24,7 @@ __all__ = [
     "State",
     "Statics",
     "Task",
+    "check_task",
     "facts_of",
     "goal_met",
     "milestones",
@@ -78,6 +81,7 @@ class State:
     inrec: tuple[tuple[str, str], ...]  # sorted (object, receptacle)
     opened: frozenset[str]
     flags: tuple[tuple[str, frozenset[str]], ...]  # (flag predicate, objects having it)
+    objloc: tuple[tuple[str, str], ...] = ()  # sorted (object, location)
 
     def where(self, obj: str) -> str | None:
         return dict(self.inrec).get(obj)
@@ -103,6 +107,23 @@ class Task:
         return cls(task_type, low("object_target"), low("parent_target"), low("toggle_target"))
 
 
+def check_task(task: Task, st: Statics, source: object) -> None:
+    """The task's targets must exist in the game (``source``, the traj file, names the error)."""
+    from .engine import GameFileError
+
+    wanted = [("object_target", task.obj, set(st.otype.values()))]
+    if task.task_type == "look_at_obj_in_light":
+        wanted.append(("toggle_target", task.toggle, set(st.otype.values())))
+    else:
+        wanted.append(("parent_target", task.parent, set(st.rtype.values())))
+    for key, value, present in wanted:
+        if value not in present:
+            raise GameFileError(
+                f"{source}: pddl_params[{key!r}]={value!r} is not a type in the game "
+                f"(its types: {sorted(present)})"
+            )
+
+
 def _strip(t: str) -> str:
     return t[:-4] if t.endswith("type") else t
 
@@ -126,7 +147,7 @@ def read_statics(facts: Sequence[Fact]) -> Statics:
 
 def read_state(facts: Sequence[Fact]) -> State:
     at = held = None
-    inrec, opened = [], set()
+    inrec, objloc, opened = [], [], set()
     flags: dict[str, set[str]] = {k: set() for k in _FLAGS}
     for f in facts:
         name = f[0]
@@ -134,6 +155,8 @@ def read_state(facts: Sequence[Fact]) -> State:
             inrec.append((f[1], f[2]))
         elif name == "atlocation":
             at = f[2]
+        elif name == "objectatlocation":
+            objloc.append((f[1], f[2]))
         elif name == "holds":
             held = f[2]
         elif name == "opened":
@@ -146,6 +169,7 @@ def read_state(facts: Sequence[Fact]) -> State:
         tuple(sorted(inrec)),
         frozenset(opened),
         tuple((k, frozenset(v)) for k, v in flags.items()),
+        tuple(sorted(objloc)),
     )
 
 
@@ -156,6 +180,7 @@ def state_key(state: State) -> str:
         f"held={state.held}",
         "in=" + ",".join(f"{o}>{r}" for o, r in state.inrec),
         "open=" + ",".join(sorted(state.opened)),
+        "loc=" + ",".join(f"{o}@{loc}" for o, loc in state.objloc),
     ]
     parts += [f"{k}=" + ",".join(sorted(v)) for k, v in state.flags]
     return hashlib.blake2b("|".join(parts).encode(), digest_size=16).hexdigest()

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from agentrl.envs.alfworld import ALFWorldEnv, GameFileError
 from agentrl.envs.alfworld.generate import generate_games
-from agentrl.envs.alfworld.tasks import TASK_TYPES
+from agentrl.envs.alfworld.tasks import SHORT_NAMES, TASK_TYPES
 
 from agentrl import envs
 from agentrl.pool import EnvPool, EnvSpec
@@ -122,7 +122,8 @@ def test_expert_wins_every_game_within_50_steps(env):
     for split in ("train", "valid_seen", "valid_unseen"):
         for tid in env.task_ids(split):
             obs, info = env.reset(options={"task_id": tid})
-            assert info["task_id"] == tid and info["category"] in TASK_TYPES.values()
+            assert info["task_id"] == tid and info["task_type"] in TASK_TYPES.values()
+            assert info["category"] == SHORT_NAMES[info["task_type"]]  # the paper's column names
             assert obs.startswith("You are in the middle of a room") and "Welcome" not in obs
             assert info["instruction"] and obs.endswith(info["instruction"])
             assert "help" not in info["admissible_actions"]
@@ -251,11 +252,20 @@ def test_bad_task_ids_and_bad_game_files(alf_data, tmp_path):
     content["solvable"] = False
     game.write_text(json.dumps(content))
     (root / ids[4] / "game.tw-pddl").unlink()
+    game = root / ids[2] / "game.tw-pddl"
+    content = json.loads(game.read_text())
+    del content["solvable"]  # AlfredTWEnv skips such folders ("missing solvable key")
+    nokey = root / "train" / "pick_and_place_simple-X-None-Y-7" / "trial_nokey"
+    shutil.copytree(root / ids[2], nokey)
+    (nokey / "game.tw-pddl").write_text(json.dumps(content))
     movable = root / "train" / "pick_and_place_with_movable_recep-Apple-Bowl-Fridge-7" / "trial_1"
     shutil.copytree(root / ids[5], movable)
     fresh = ALFWorldEnv(data_dir=str(data))
-    assert fresh.task_ids("train") == [ids[0], ids[1], ids[2], ids[5]]
+    # the broken JSON of ids[0] has no readable 'solvable' key: skipped, with its reason
+    assert fresh.task_ids("train") == [ids[1], ids[2], ids[5]]
+    assert any(s.startswith(ids[0]) for s in fresh.games.skipped["train"])
     assert any("solvable=false" in s for s in fresh.games.skipped["train"])
+    assert any("no 'solvable' key" in s for s in fresh.games.skipped["train"])
     with pytest.raises(GameFileError, match="unsolvable"):
         fresh.reset(options={"task_id": ids[3]})
     e.close()
@@ -348,3 +358,132 @@ def test_generator_is_deterministic_across_processes(tmp_path):
         timeout=120,
     )
     assert bad.returncode == 2 and "unknown ALFWorld task type" in bad.stderr
+
+
+def test_generated_splits_use_the_official_scenes(alf_data):
+    from agentrl.envs.alfworld.splits import split_scenes
+
+    root = alf_data / "json_2.1.1"
+    for split in ("train", "valid_seen", "valid_unseen"):
+        scenes = {int(p.parent.name.rsplit("-", 1)[1]) for p in (root / split).glob("*/trial_*")}
+        assert scenes and scenes <= split_scenes(split)
+        if split != "valid_unseen":
+            assert not scenes & {10, 219, 308, 424}  # never an unseen room in train/valid_seen
+
+
+def test_official_order_is_alfworlds(alf_data):
+    """order="alfworld" lists a split exactly as AlfredTWEnv collects it, shuffled as TextWorld's
+    gym env shuffles it (numpy RandomState(1234))."""
+    import numpy as np
+    from alfworld.agents.environment.alfred_tw_env import AlfredTWEnv
+
+    config = {
+        "env": {"goal_desc_human_anns_prob": 0, "task_types": list(TASK_TYPES)},
+        "dataset": {"data_path": str(alf_data / "json_2.1.1" / "train"), "num_train_games": -1},
+    }
+    theirs = list(AlfredTWEnv(config, train_eval="train").game_files)
+    np.random.RandomState(1234).shuffle(theirs)
+    e = ALFWorldEnv(data_dir=str(alf_data), order="alfworld")
+    ours = [str(g.game_file) for g in e.games.games("train")]
+    assert ours == theirs
+    assert sorted(e.task_ids("train")) == sorted(
+        ALFWorldEnv(data_dir=str(alf_data)).task_ids("train")
+    )
+
+
+def test_format_rule_marks_well_formed_commands_valid(alf_data):
+    e = ALFWorldEnv(data_dir=str(alf_data), invalid_rule="format")
+    _, info0 = e.reset(options={"task_id": e.task_ids("train")[0]})
+    for cmd in ("fly to the moon", "take", "go to nowhere"):
+        obs, _, _, _, info = e.step(cmd)
+        assert obs == "Nothing happens." and info["action_valid"] is True
+        assert info["state_key"] == info0["state_key"]  # the state still does not change
+    for junk in ("", "   ", "x" * 600, "go\x00to", "\\quit", 7, "take \ud800"):
+        obs, _, _, _, info = e.step(junk)
+        if junk == "\\quit":  # a backslash is text like any other here, not an escape
+            assert info["action_valid"] is True
+        else:
+            assert info["action_valid"] is False, junk
+        assert obs == "Nothing happens." and info["state_key"] == info0["state_key"]
+    e.close()
+
+
+def test_garbage_grammar_and_absent_targets_name_the_file(alf_data, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(alf_data, data)
+    root = data / "json_2.1.1"
+    e = ALFWorldEnv(data_dir=str(data))
+    ids = e.task_ids("train")
+    game = root / ids[0] / "game.tw-pddl"
+    content = json.loads(game.read_text())
+    content["grammar"] = "}}{{ not a grammar " * 20
+    game.write_text(json.dumps(content))
+    with pytest.raises(GameFileError) as err:
+        e.reset(options={"task_id": ids[0]})
+    assert str(game) in str(err.value)
+    traj = root / ids[1] / "traj_data.json"
+    content = json.loads(traj.read_text())
+    content["pddl_params"]["object_target"] = "Dragon"
+    traj.write_text(json.dumps(content))
+    with pytest.raises(GameFileError, match="'dragon' is not a type in the game") as err:
+        e.reset(options={"task_id": ids[1]})
+    assert str(traj) in str(err.value)
+    _, info = e.reset(options={"task_id": ids[2]})  # the env keeps working
+    assert info["task_id"] == ids[2]
+    e.close()
+
+
+def _shared_location_games(env) -> list[str]:
+    out = []
+    for split in ("train", "valid_seen", "valid_unseen"):
+        for tid in env.task_ids(split):
+            problem = json.loads(env.games.get(tid).game_file.read_text())["pddl_problem"]
+            locs = [
+                line.split()[-1]
+                for line in problem.splitlines()
+                if line.strip().startswith("(receptacleAtLocation")
+            ]
+            if len(set(locs)) < len(locs):
+                out.append(tid)
+    return out
+
+
+def test_state_key_is_a_function_of_what_the_agent_observes(env):
+    """On games whose receptacles share locations: random walks (admissible commands, then look,
+    inventory and the admissible list at each state); equal keys never show different text."""
+    import random
+
+    games = _shared_location_games(env)
+    assert games, "the fixture should hold a game with shared locations"
+    seen: dict[str, tuple] = {}
+    rng = random.Random(0)
+    for tid in games[:2]:
+        for _ in range(2):
+            _, info = env.reset(options={"task_id": tid})
+            for _ in range(10):
+                key = info["state_key"]
+                look, _, _, _, _ = env.step("look")
+                inv, _, _, _, info = env.step("inventory")
+                view = (tid, look, inv, tuple(sorted(info["admissible_actions"])))
+                assert seen.setdefault(key, view) == view, key
+                if info["won"]:
+                    break
+                _, _, terminated, _, info = env.step(rng.choice(info["admissible_actions"]))
+                if terminated:
+                    break
+    assert len(seen) > 10
+
+
+def test_oracle_matches_fast_downwards_optimum(alf_data):
+    """The expert's plan length equals the planner's (blind search, all actions cost 1 except the
+    treatments and toggles, which every solution needs once) on the small-room task types."""
+    from agentrl.envs.alfworld.oracle import plan
+    from agentrl.envs.alfworld.world import facts_of, read_state
+
+    e = ALFWorldEnv(data_dir=str(alf_data), task_types=["Pick", "Look"])
+    for tid in e.task_ids("train") + e.task_ids("valid_unseen"):
+        e.reset(options={"task_id": tid})
+        state = read_state(facts_of(e._gs["_facts"]))
+        ours = plan(e._task, e._statics, state, e._names)
+        assert ours is not None and len(ours) == len(e._engine.plan()), tid
+    e.close()
