@@ -14,6 +14,8 @@ from .pages import BACK_TO_SEARCH, BUY_NOW, NEXT_PAGE, PREV_PAGE, SEARCH_TEMPLAT
 from .reward import (
     FUZZY_THRESHOLD,
     Reward,
+    RewardSettings,
+    announce,
     attribute_matches,
     compute_reward,
     goal_option_values,
@@ -48,7 +50,10 @@ class WebShopEnv(TextEnv):
       over ``max_action_chars`` characters, a search box that is not shown) is invalid: the page
       is unchanged and the step still counts.
     - Reward: the paper's purchase reward at ``click[buy now]`` (``reward.py``), 0 otherwise. The
-      episode terminates at the purchase and is truncated after ``max_steps`` steps.
+      episode terminates at the purchase and is truncated after ``max_steps`` steps. ``reward``
+      = ``{"type_words": "auto" | "spacy" | "content_words", "options_match": "value" |
+      "original"}`` (see ``reward.RewardSettings``; which type words a run used is in
+      ``info["reward_info"]["type_words"]``).
     - ``info``: ``score`` = the purchase reward (0 before), ``won`` = (score == 1), ``category``
       = the goal product's category, ``state_key`` = the page kind and the ids it shows,
       ``milestones`` from :data:`MILESTONES`; extra keys ``goal_asin``, ``steps``, and after a
@@ -69,8 +74,12 @@ class WebShopEnv(TextEnv):
         max_action_chars: int = 1000,
         cache_dir: str | None = None,
         render_mode: str | None = None,
+        reward: dict[str, Any] | None = None,
     ):
         super().__init__(render_mode, max_text_length=100_000)
+        self.reward_settings = RewardSettings.from_dict(reward)
+        self._title_words = self.reward_settings.title_words()
+        announce(self.reward_settings)
         if int(max_steps) < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         self.max_steps = int(max_steps)
@@ -212,7 +221,9 @@ class WebShopEnv(TextEnv):
             self._show(Page(value, page.query, page.results, page.page_no, page.item, page.options))
         elif what == "buy":
             product = self.catalogue.product(page.item)
-            self._reward = compute_reward(product, self._goal, product["price"], dict(page.options))
+            self._reward = compute_reward(
+                product, self._goal, product["price"], dict(page.options), self.reward_settings
+            )
             score = self._reward.total
             self._show(
                 Page("done", page.query, page.results, page.page_no, page.item, page.options, score)
@@ -237,7 +248,7 @@ class WebShopEnv(TextEnv):
             p = self.catalogue.product(index)
             offered = [v for vs in p["options"].values() for v in vs]
             hit = index == goal["product_index"] or (
-                type_reward(p, goal)[0] == 1.0
+                type_reward(p, goal, self._title_words)[0] == 1.0
                 and p["price"] <= goal["price_upper"]
                 and attribute_matches(p, goal["attributes"]) == len(goal["attributes"])
                 and option_matches(offered, self._goal_options) == len(self._goal_options)

@@ -221,3 +221,96 @@ def test_reward_lies_in_unit_interval_and_matches_the_formula(
         / (len(attrs) + len(opts) + 1)
     )
     assert math.isclose(r.total, expected)
+
+
+# -- reward settings: the reference's option rule, the type words -----------------------------------
+
+
+def test_options_match_original_compares_name_value_pairs_as_the_reference():
+    from agentrl.envs.webshop.reward import goal_option_items
+
+    dict_goal = {"color": "black | white", "size": "large"}
+    assert goal_option_items(dict_goal, "value") == ["black | white", "large"]
+    assert goal_option_items(dict_goal, "original") == [
+        ("color", "black | white"),
+        ("size", "large"),
+    ]
+    # By value: 'black | white' normalises to 'black', which 'white' does not match.
+    assert option_matches(["white", "large"], goal_option_items(dict_goal, "value")) == 1
+    # The reference: str(('color', 'black | white')) -> 'color black white'; 'white' is a subset
+    # of its tokens, token_set_ratio 100 > 85: it matches.
+    assert (
+        option_matches(["white", "large"], goal_option_items(dict_goal, "original"), "original")
+        == 2
+    )
+    # Colour normalisation touches a pair only when an element *is* a colour word.
+    assert option_matches(["bright red"], [("color", "red")], "original") == 1
+    # thefuzz's force_ascii drops U+0080..U+00FF: 'café' -> 'caf', ratio('caf', 'cafe') = 85.7.
+    assert option_matches(["cafe"], ["café"], "original") == 1
+    assert option_matches(["cafe"], ["café"], "value") == 0
+    # human goals (lists) are compared by value under both rules
+    assert goal_option_items(["16 fl oz"], "original") == ["16 fl oz"]
+
+
+def test_compute_reward_with_the_original_option_rule():
+    from agentrl.envs.webshop.reward import RewardSettings
+
+    g = goal(goal_options={"color": "black | white"})
+    p = product(options={"color": ["black | white", "white"]})
+    ours = compute_reward(p, g, 12.99, {"color": "white"})
+    orig = compute_reward(
+        p, g, 12.99, {"color": "white"}, RewardSettings("content_words", "original")
+    )
+    assert (ours.option_matches, orig.option_matches) == (0, 1)
+    assert orig.options_match == "original" and orig.as_dict()["type_words"] == "content_words"
+
+
+def test_reward_settings_are_checked_and_report_the_type_words_used():
+    from agentrl.envs.webshop.reward import SPACY_MODELS, RewardSettings, _find_spacy_model
+
+    with pytest.raises(ValueError, match="options_match must be 'value' or 'original'"):
+        RewardSettings(options_match="pairs")
+    with pytest.raises(ValueError, match="unknown reward option"):
+        RewardSettings.from_dict({"option_match": "original"})
+    model = _find_spacy_model()
+    auto = RewardSettings()
+    if model is None:  # this machine: spaCy without an English pipeline
+        assert auto.type_words_used == "content_words"
+        with pytest.raises(ValueError, match="needs spaCy and an English pipeline"):
+            RewardSettings(type_words="spacy")
+    else:
+        assert auto.type_words_used == f"spacy:{model}" and model in SPACY_MODELS
+    assert RewardSettings(type_words="content_words").type_words_used == "content_words"
+
+
+def test_type_reward_counts_overlap_over_the_goal_word_list():
+    # The reference divides by the goal's noun *list* (repeats count); any word function plugs in.
+    def words(title):
+        return [w for w in title.lower().split() if w != "the"]
+
+    g = goal(name="Shampoo Shampoo Bar", query="q9", product_category="x › y")
+    r = type_reward(product(name="Shampoo Soap", query="q1", product_category="a › b"), g, words)
+    assert r[3] == pytest.approx(1 / 3) and r[0] == 1.0
+
+
+def test_env_takes_reward_settings_and_reports_them(tmp_path):
+    from agentrl.envs.webshop import WebShopEnv
+
+    with pytest.raises(ValueError, match="unknown reward option"):
+        WebShopEnv(
+            num_products=50, num_goals=4, test_size=2, cache_dir=str(tmp_path), reward={"x": 1}
+        )
+    env = WebShopEnv(
+        num_products=50,
+        num_goals=4,
+        test_size=2,
+        cache_dir=str(tmp_path),
+        reward={"options_match": "original", "type_words": "content_words"},
+    )
+    env.reset(options={"task_id": "0"})
+    for _ in range(15):
+        _, _, term, trunc, info = env.step(env.expert_action())
+        if term or trunc:
+            break
+    assert info["reward_info"]["options_match"] == "original"
+    assert info["reward_info"]["type_words"] == "content_words" and info["won"]
