@@ -45,7 +45,9 @@ __all__ = [
     "choose_backend",
     "close_distributed",
     "gather_step_batch",
+    "has_process_group",
     "init_distributed",
+    "init_single_rank",
     "is_distributed",
     "is_main",
     "launched_world_size",
@@ -142,11 +144,38 @@ def init_distributed(device: str = "auto", timeout_s: float = 1800.0) -> DistInf
     return DistInfo(dist.get_rank(), dist.get_world_size(), local, backend, device)
 
 
+def init_single_rank(device: str = "auto") -> DistInfo:
+    """A process group of one rank (no ``torchrun``): runs the FSDP2 and DCP code paths in one
+    process, e.g. to measure a sharded learner on one GPU. Normal one-process runs do not need it."""
+    import socket
+
+    import torch
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dist = _dist()
+    backend = choose_backend(device)
+    if not dist.is_initialized():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        dist.init_process_group(
+            backend, init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1
+        )
+    return DistInfo(0, 1, 0, backend, device)
+
+
 def close_distributed() -> None:
     """Leave the process group (if any)."""
     dist = _dist()
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def has_process_group() -> bool:
+    """Whether a process group exists (``torchrun``, or :func:`init_single_rank`)."""
+    dist = _dist()
+    return dist.is_available() and dist.is_initialized()
 
 
 def is_distributed() -> bool:

@@ -76,7 +76,7 @@ def save_learner(
     if D.is_main():
         torch.save(dict(meta or {}), path / META)
     kwargs: dict[str, Any] = {"checkpoint_id": str(path)}
-    if not D.is_distributed():
+    if not D.has_process_group():
         kwargs["no_dist"] = True
     with _quiet():
         if async_save:
@@ -110,7 +110,7 @@ def load_learner(learner, path: str | Path) -> dict[str, Any]:
     state = _state(learner)
     state["updates"] = torch.tensor(0)
     kwargs: dict[str, Any] = {"checkpoint_id": str(path)}
-    if not D.is_distributed():
+    if not D.has_process_group():
         kwargs["no_dist"] = True
     try:
         with _quiet():

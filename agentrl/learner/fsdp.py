@@ -117,10 +117,13 @@ class FSDPLearner(Learner):
         value_head: bool = False,
         mixed_precision: bool | None = None,
     ):
-        if not D.is_distributed():
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError(
-                "FSDPLearner needs a process group of more than one rank (torchrun); "
-                "use Learner in one process"
+                "FSDPLearner needs a process group (launch with torchrun, or "
+                "agentrl.distributed.init_single_rank() for a world of one); "
+                "use Learner in a plain process"
             )
         from torch.distributed.fsdp import MixedPrecisionPolicy
 

@@ -237,3 +237,24 @@ def test_a_raising_rank_ends_the_job_with_its_message(tmp_path):
     assert "rank 1 cannot read its shard of tasks (test)" in out
     assert "ValueError" in out
     assert elapsed < 100, f"the job took {elapsed:.0f} s to end"
+
+
+# -- the one-GPU FSDP2 benchmark script, on its CPU path ---------------------------------------
+def test_fsdp_gpu_script_runs_on_cpu_at_tiny_size(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_fsdp_gpu", ROOT / "scripts/bench_fsdp_gpu.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    try:
+        res = mod.main(
+            ["--device", "cpu", "--shape", "tiny", "--prompts", "4", "--prompt-len", "12",
+             "--new-tokens", "3", "--repeats", "1", "--out", str(tmp_path / "r.json")]
+        )  # fmt: skip
+    finally:
+        D.close_distributed()
+    assert res["rollout_tokens"] == 12 and res["rollout_tokens_per_s"] > 0
+    assert res["update_s"] > 0 and np.isfinite(res["loss"]) and res["world_size"] == 1
+    assert (tmp_path / "r.json").is_file()
