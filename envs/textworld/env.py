@@ -14,8 +14,10 @@ from typing import Any
 from ..base import TextEnv, make_info
 from ..cache import cache_root
 from .games import MakeSettings, expand_game_files, make_game_file
+from .probe import probe_game
+from .storyfile import check_story_file
 
-__all__ = ["TextWorldEnv"]
+__all__ = ["NOTHING", "TextWorldEnv", "command_key"]
 
 SPLITS = ("train", "test")
 #: Generated games per split when no game files are given.
@@ -24,7 +26,8 @@ _TEST_SEED_OFFSET = 1_000_000
 _PROMPT = re.compile(r"\n>[^\n]*$")  # Inform 7's prompt and status line after the feedback
 _BANNER_LINE = re.compile(r"^[\s$|\\/_>]*$")  # lines of the ASCII-art banner
 _SPACES = re.compile(r"\s+")
-_MAX_COMMAND = 190  # Jericho truncates commands longer than 198 bytes; longer ones are not sent
+#: What an invalid command gets back (the wording of TextWorld's ALFWorld engine for the same case).
+NOTHING = "Nothing happens."
 
 
 def _default_cache_dir() -> Path:
@@ -49,14 +52,14 @@ def clean_feedback(text: str) -> str:
     return "\n".join(lines).strip()
 
 
-def _check_story_file(path: Path) -> None:
-    """Reject a file Jericho would choke on: its C core exits the process on a bad header."""
-    try:
-        head = path.read_bytes()[:64]
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read the game file ({exc})") from exc
-    if path.suffix == ".z8" and (len(head) < 64 or not 1 <= head[0] <= 8):
-        raise ValueError(f"{path}: not a Z-machine story file (bad header)")
+def command_key(action: object) -> str:
+    """The text an action is matched by: whitespace runs collapsed, ends stripped, lower case.
+
+    Not text (``None``, bytes...) gives ``""``, which matches no command. Control characters,
+    NUL bytes and lone surrogates survive here but match no admissible command either, and the
+    action itself never reaches the game (see :class:`TextWorldEnv`).
+    """
+    return _SPACES.sub(" ", action).strip().lower() if isinstance(action, str) else ""
 
 
 class TextWorldEnv(TextEnv):
@@ -73,9 +76,20 @@ class TextWorldEnv(TextEnv):
       a listed game (task ids: the file paths, or ``<split>/<k>`` for generated games).
     - Observation: the game's feedback without the prompt/status line (and, on reset, the
       banner); ``instruction``: the game's objective; ``admissible_actions``: TextWorld's.
-    - Actions: matched case-insensitively against the admissible commands; anything else goes
-      to the game parser as typed (its reply, e.g. "That's not a verb I recognise."), with
-      ``action_valid=False``.
+    - Validity rule: **only admissible commands reach the game.** An action is valid when, with
+      whitespace runs collapsed, ends stripped and case ignored, it equals one of the admissible
+      commands; the game is then sent that admissible command (never the model's text). Any
+      other action (a synonym or abbreviation the parser would accept, ``w``, ``get key``,
+      ``take key.``; a meta command such as ``save``, ``script``, ``restart``, ``quit``; an
+      interpreter escape starting with ``\\``; NUL bytes, control characters, lone surrogates;
+      not a string) is invalid: it is not sent, the observation is "Nothing happens.", the
+      reward is 0 and the state is unchanged (``action_valid=False``; the step counts towards
+      ``max_steps``). This keeps the env contract "an invalid action leaves the state unchanged"
+      exactly, and no model output can reach the interpreter.
+    - Game files are checked before Jericho loads them (:mod:`.storyfile`: header, declared
+      length, checksum) and, unless ``probe_games=False``, loaded once in a child process
+      (:mod:`.probe`; verdicts cached under ``cache_dir/verified``): a truncated, junk or
+      crashing file is a ``ValueError`` naming the file, never a dead process.
     - Reward: the game's score increase; terminated when won or lost, truncated after
       ``max_steps``. ``score``: points / max points; ``milestones``: ``point_1``, ``point_2``...
       for points earned. ``state_key``: digest of the true state's facts (TextWorld's state
@@ -94,6 +108,7 @@ class TextWorldEnv(TextEnv):
         quest_length: int = 3,
         cache_dir: str | None = None,
         category: str = "textworld",
+        probe_games: bool = True,
         render_mode: str | None = None,
     ):
         super().__init__(render_mode, max_text_length=16_384)
@@ -101,6 +116,7 @@ class TextWorldEnv(TextEnv):
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         self.max_steps = int(max_steps)
         self.category = str(category)
+        self.probe_games = bool(probe_games)
         self._files: dict[str, list[Path]] = {}
         self._generated: dict[str, int] = {}
         if game_files is not None:
@@ -204,7 +220,10 @@ class TextWorldEnv(TextEnv):
         if self._env is not None:
             self._env.close()
             self._env = None
-        _check_story_file(path)
+        if path.suffix != ".ulx":  # Glulx: TextWorld refuses it in Python, naming the file
+            check_story_file(path)
+            if self.probe_games:
+                probe_game(path, self.cache_dir)
         try:
             with _quiet():
                 self._env = textworld.start(str(path), request_infos=infos)
@@ -219,22 +238,20 @@ class TextWorldEnv(TextEnv):
             raise RuntimeError("call reset() before step()")
         self._steps += 1
         before = int(self._gs["score"] or 0)
-        command = _SPACES.sub(" ", action).strip() if isinstance(action, str) else ""
-        canonical = {c.lower(): c for c in self._gs["admissible_commands"] or []}
-        valid = command.lower() in canonical
-        if not command or len(command.encode("utf-8", "replace")) > _MAX_COMMAND:
-            # not a command (empty, overlong or not text): not sent to the game; nothing changes
-            self._obs = "Nothing happens."
+        canonical = {command_key(c): c for c in self._gs["admissible_commands"] or []}
+        command = canonical.get(command_key(action))
+        if command is None:  # not admissible: never sent to the game, nothing changes
+            self._obs = NOTHING
             won, lost = bool(self._gs["won"]), bool(self._gs["lost"])
             truncated = not (won or lost) and self._steps >= self.max_steps
             return self._obs, 0.0, won or lost, truncated, self._info(False)
         with _quiet():
-            self._gs, _, _ = self._env.step(canonical.get(command.lower(), command))
+            self._gs, _, _ = self._env.step(command)
         self._obs = clean_feedback(self._gs.feedback)
         won, lost = bool(self._gs["won"]), bool(self._gs["lost"])
         reward = float(int(self._gs["score"] or 0) - before)
         truncated = not (won or lost) and self._steps >= self.max_steps
-        return self._obs, reward, won or lost, truncated, self._info(valid)
+        return self._obs, reward, won or lost, truncated, self._info(True)
 
     def current_observation(self) -> str:
         return self._obs
