@@ -12,10 +12,8 @@ from gymnasium.utils.env_checker import check_env
 
 
 @pytest.fixture(scope="module")
-def games(tmp_path_factory) -> list[Path]:
-    out = tmp_path_factory.mktemp("tw_games")
-    settings = MakeSettings(world_size=3, nb_objects=6, quest_length=3)
-    return [make_game_file(out, seed, settings) for seed in (1, 2)]
+def games(textworld_games) -> list[Path]:
+    return textworld_games
 
 
 def test_generated_games_come_with_metadata(games):
