@@ -188,6 +188,66 @@ def ranks_main(tiny_path: str, out: str) -> None:
         torch.save(res, Path(out) / "ranks.pt")
 
 
+def episodes(n_groups: int = 5, group_size: int = 3):
+    """Deterministic global episodes (ids as a single process numbers them) and their resets."""
+    from agentrl.rollout import EpisodeResult, ResetSpec, StepRecord
+
+    rng = np.random.default_rng(3)
+    resets, eps = [], []
+    for g in range(n_groups):
+        resets += [ResetSpec(g, seed=100 + g)] * group_size
+        for k in range(group_size):
+            traj = g * group_size + k
+            ep = EpisodeResult(g, traj, f"task{g}", "cat", 100 + g)
+            for t in range(int(rng.integers(1, 5))):
+                ep.steps.append(
+                    StepRecord(
+                        prompt_ids=[1, 2, t + 3],
+                        response_ids=[7, 8],
+                        logprobs=[-0.5, -0.25],
+                        allowed=None,
+                        response="<action>up</action>",
+                        action="up" if rng.random() < 0.8 else None,
+                        parse_error="",
+                        finish_reason="stop",
+                        observation=f"obs {g} {t}",
+                        state_key=(g, t, int(rng.integers(2))),
+                        reward=float(rng.normal()),
+                        valid=bool(rng.random() < 0.8),
+                        milestones_new=0,
+                    )
+                )
+            ep.won = bool(rng.random() < 0.5)
+            eps.append(ep)
+    return resets, eps
+
+
+def data_parallel_main(out: str) -> None:
+    """Each rank plays its share of :func:`episodes`; rank 0 writes what the helpers made."""
+    from agentrl import data_parallel as P
+    from agentrl.distributed import rank
+    from agentrl.rollout import RolloutStats
+
+    resets, eps = episodes()
+    mine, start = P.local_share(resets, 3)
+    local = eps[start : start + len(mine)]
+    batch, seqs, offset = P.global_step_batch(
+        local, values=np.arange(sum(len(e.steps) for e in local), dtype=float) + 1000 * rank()
+    )
+    stats = P.reduce_stats(RolloutStats(generate_s=1.0 + rank(), prompt_tokens=10 * (rank() + 1)))
+    gathered = P.gather_episodes(local)
+    shard, first = P.shard_items(list(range(7)))
+    parts = __import__("agentrl.distributed", fromlist=["x"]).all_gather_objects(
+        {"rank": rank(), "resets": mine, "start": start, "rows": [s.step_row for s in seqs],
+         "offset": offset, "shard": shard, "first": first}
+    )  # fmt: skip
+    if rank() == 0:
+        torch.save(
+            {"batch": batch, "stats": stats, "episodes": gathered, "parts": parts},
+            Path(out) / "dp.pt",
+        )
+
+
 def failing_main(out: str) -> None:
     """Rank 1 raises while rank 0 waits in a collective."""
     import torch.distributed as dist

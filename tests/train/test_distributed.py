@@ -258,3 +258,49 @@ def test_fsdp_gpu_script_runs_on_cpu_at_tiny_size(tmp_path):
     assert res["rollout_tokens"] == 12 and res["rollout_tokens_per_s"] > 0
     assert res["update_s"] > 0 and np.isfinite(res["loss"]) and res["world_size"] == 1
     assert (tmp_path / "r.json").is_file()
+
+
+# -- the recipe's data-parallel steps ----------------------------------------------------------
+def test_data_parallel_steps_on_two_ranks(tmp_path):
+    from agentrl.rollout import to_step_batch
+
+    W.launch(W.data_parallel_main, 2, str(tmp_path), timeout=240)
+    got = torch.load(tmp_path / "dp.pt", weights_only=False)
+    resets, eps = W.episodes()
+    whole, seqs = to_step_batch(eps)
+    batch = got["batch"]
+    for col in ("group", "traj", "t", "reward", "done", "valid", "success"):
+        np.testing.assert_array_equal(getattr(batch, col), getattr(whole, col), err_msg=col)
+    assert list(batch.state_key) == list(whole.state_key)
+    p0, p1 = got["parts"]
+    # 5 groups of 3 over 2 ranks: groups 0-2 and 3-4, whole groups, global ids
+    assert (p0["start"], p1["start"]) == (0, 9)
+    assert p0["resets"] + p1["resets"] == resets
+    assert p0["rows"] + p1["rows"] == [s.step_row for s in seqs]
+    assert p1["offset"] == len(p0["rows"])
+    # each rank's critic values land on its own rows of the global batch
+    n0 = len(p0["rows"])
+    np.testing.assert_array_equal(batch.value[:n0], np.arange(n0))
+    np.testing.assert_array_equal(batch.value[n0:], 1000 + np.arange(len(batch.value) - n0))
+    assert got["stats"].generate_s == 2.0 and got["stats"].prompt_tokens == 30
+    assert [e.traj for e in got["episodes"]] == [e.traj for e in eps]
+    assert [e.won for e in got["episodes"]] == [e.won for e in eps]
+    assert all(s.prompt_ids == [] for e in got["episodes"] for s in e.steps)  # no tokens moved
+    assert p0["shard"] + p1["shard"] == list(range(7)) and p1["first"] == len(p0["shard"])
+
+
+def test_data_parallel_steps_in_one_process():
+    from agentrl import data_parallel as P
+    from agentrl.rollout import RolloutStats, to_step_batch
+
+    resets, eps = W.episodes()
+    assert P.local_share(resets, 3) == (resets, 0)
+    batch, seqs, offset = P.global_step_batch(eps)
+    whole, wseqs = to_step_batch(eps)
+    assert offset == 0 and [s.step_row for s in seqs] == [s.step_row for s in wseqs]
+    np.testing.assert_array_equal(batch.traj, whole.traj)
+    assert P.gather_episodes(eps) == eps
+    st = RolloutStats(generate_s=1.0)
+    assert P.reduce_stats(st) is st
+    with pytest.raises(ValueError, match="whole groups of group_size=4"):
+        P.local_share(resets, 4)

@@ -1,0 +1,116 @@
+"""The data-parallel steps of a training iteration, as the recipe calls them (one process: no-ops).
+
+Under ``torchrun`` every rank plays a share of the iteration's task groups with its own env pool
+and generation engine, then:
+
+- :func:`local_share` picks this rank's groups out of the iteration's global reset list (a group
+  is never split; the global list is the one a single process plays) and the global index of
+  its first episode (its trajectory ids start there, so ids are global);
+- :func:`global_step_batch` builds this rank's step batch, gathers every rank's into the global
+  batch (row for row the single-process batch, see :func:`agentrl.distributed.gather_step_batch`)
+  and renumbers this rank's learner sequences to their global rows: credit is computed on the
+  global batch (every rank computes the same), the learner reads each rank's own rows;
+- :func:`gather_episodes` collects the episodes of all ranks without their token ids (for the
+  iteration's metrics and the evaluation report); :func:`reduce_stats` sums token counts and
+  takes the slowest rank's times;
+- :func:`rollout_replica` is the unsharded copy of the policy a rank's engine samples from while
+  the learner's copy is sharded; ``FSDPLearner.sync_to`` refreshes it after each update.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from . import distributed as D
+from .rollout import EpisodeResult, ResetSpec, RolloutStats, to_step_batch
+
+__all__ = [
+    "gather_episodes",
+    "global_step_batch",
+    "local_share",
+    "reduce_stats",
+    "rollout_replica",
+    "shard_items",
+]
+
+T = TypeVar("T")
+
+
+def local_share(resets: Sequence[ResetSpec], group_size: int) -> tuple[list[ResetSpec], int]:
+    """This rank's whole groups of ``resets`` (``group_size`` consecutive specs per group) and
+    the global index of its first episode."""
+    if group_size < 1 or len(resets) % group_size:
+        raise ValueError(
+            f"{len(resets)} reset specs do not make whole groups of group_size={group_size}"
+        )
+    groups = D.shard_groups(len(resets) // group_size)
+    start = groups.start * group_size
+    return list(resets[start : groups.stop * group_size]), start
+
+
+def shard_items(items: Sequence[T]) -> tuple[list[T], int]:
+    """This rank's contiguous block of ``items`` (e.g. held-out tasks) and its first index."""
+    block = D.shard_groups(len(items))
+    return list(items[block.start : block.stop]), block.start
+
+
+def _light(ep: EpisodeResult) -> EpisodeResult:
+    """``ep`` without token ids, log-probs and allowed-token lists (metrics need none of them)."""
+    steps = [
+        dataclasses.replace(s, prompt_ids=[], response_ids=[], logprobs=[], allowed=None)
+        for s in ep.steps
+    ]
+    return dataclasses.replace(ep, steps=steps)
+
+
+def gather_episodes(eps: Sequence[EpisodeResult]) -> list[EpisodeResult]:
+    """All ranks' episodes in rank order (in one process: ``eps`` itself, tokens included)."""
+    if not D.is_distributed():
+        return list(eps)
+    return [ep for part in D.all_gather_objects([_light(ep) for ep in eps]) for ep in part]
+
+
+def global_step_batch(
+    eps: Sequence[EpisodeResult],
+    values: np.ndarray | None = None,
+    embeddings: np.ndarray | None = None,
+):
+    """``(global batch, this rank's sequences with global step rows, this rank's first row)``.
+
+    ``values``/``embeddings`` are this rank's, one per local step (as ``to_step_batch`` takes).
+    """
+    if not D.is_distributed():
+        batch, seqs = to_step_batch(eps, values=values, embeddings=embeddings)
+        return batch, seqs, 0
+    local, seqs = to_step_batch(eps, values=values, embeddings=embeddings) if eps else (None, [])
+    batch, offset = D.gather_step_batch(local)
+    if offset:
+        seqs = [dataclasses.replace(s, step_row=s.step_row + offset) for s in seqs]
+    return batch, seqs, offset
+
+
+def reduce_stats(stats: RolloutStats) -> RolloutStats:
+    """Token and call counts summed over ranks; times the slowest rank's (they ran in parallel)."""
+    parts = D.all_gather_objects(dataclasses.asdict(stats))
+    if len(parts) == 1:
+        return stats
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(RolloutStats):
+        vals = [p[f.name] for p in parts]
+        out[f.name] = max(vals) if f.name.endswith("_s") else sum(vals)
+    return RolloutStats(**out)
+
+
+def rollout_replica(model):
+    """An unsharded copy of the policy for this rank's generation engine (made before the
+    learner shards the policy; ``FSDPLearner.sync_to`` keeps it current)."""
+    replica = copy.deepcopy(model)
+    replica.eval()
+    for p in replica.parameters():
+        p.requires_grad_(False)
+    return replica
