@@ -7,36 +7,58 @@ prints the held-out success before and after. Examples::
     python -m agentrl.train env=frozenlake trainer.iterations=20
     python -m agentrl.train model=smollm2-135m rollout.tasks_per_iter=4
     python -m agentrl.train trainer.resume=outputs/2026-01-01/12-00-00
+
+Exit codes: 0 done; 2 a bad config (one line per problem, naming the key; nothing was started);
+3 training stopped early (non-finite numbers; the last good checkpoint is kept).
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
+from .checkpoint import CheckpointError
+from .config import ConfigError, load_config
+from .preflight import preflight
+
+_started: list[bool] = []  # set once Hydra has composed the config and called main()
+
 
 @hydra.main(config_path="pkg://agentrl.configs", config_name="train", version_base=None)
-def main(cfg: DictConfig) -> None:
+def main(raw: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
-    from .train_config import ConfigError
-    from .trainer import Trainer, TrainingStopped
-
-    out = cfg.get("output_dir") or HydraConfig.get().runtime.output_dir
+    _started.append(True)
+    out = raw.get("output_dir") or HydraConfig.get().runtime.output_dir
     try:
-        trainer = Trainer(cfg, out)
+        cfg = load_config(raw)
+        preflight(cfg, out)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         sys.exit(2)
+    from .recipe import TrainingStopped, train
+
     try:
-        trainer.run()
+        train(cfg, Path(out))
     except TrainingStopped:
         sys.exit(3)
-    finally:
-        trainer.close()
+    except CheckpointError as exc:
+        print(exc, file=sys.stderr)
+        sys.exit(2)
+
+
+def cli() -> None:
+    """Run :func:`main`; a config Hydra cannot compose (unknown key, wrong type) exits 2 too."""
+    try:
+        main()
+    except SystemExit as exc:
+        if exc.code == 1 and not _started:
+            sys.exit(2)
+        raise
 
 
 if __name__ == "__main__":
-    main()
+    cli()

@@ -19,6 +19,7 @@ import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 
 def peak_rss_mb() -> float:
@@ -64,7 +65,8 @@ def bench_rollout(args) -> dict:
 def bench_iteration(args) -> dict:
     from hydra import compose, initialize_config_module
 
-    from agentrl.trainer import Trainer
+    from agentrl.config import load_config
+    from agentrl.recipe import build, train
 
     overrides = [
         "trainer.eval_initial=false",
@@ -78,14 +80,14 @@ def bench_iteration(args) -> dict:
         *args.overrides,
     ]
     with initialize_config_module("agentrl.configs", version_base=None):
-        cfg = compose("train", overrides=overrides)
+        cfg = load_config(compose("train", overrides=overrides))
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(cfg, tmp)
+        parts = build(cfg)
         rss_after_setup = peak_rss_mb()
         try:
-            trainer.run()
+            train(cfg, Path(tmp), parts)
         finally:
-            trainer.close()
+            parts.runner.close()
         with open(f"{tmp}/metrics.jsonl") as fh:
             rows = [json.loads(line) for line in fh]
     train = [r for r in rows if r.get("phase") == "train"]

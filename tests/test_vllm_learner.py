@@ -97,10 +97,9 @@ def test_learner_recomputes_vllm_logprobs_before_and_after_sync(engine, policy, 
     initial = {k: v.clone() for k, v in model.state_dict().items()}
     learner = Learner(
         model,
-        LearnerConfig(
-            lr=3e-2, epochs=1, minibatch_size=64, micro_batch_size=64, temperature=TEMPERATURE
-        ),
+        LearnerConfig(lr=3e-2, epochs=1, minibatch_size=64, micro_batch_size=64, entropy_coef=0.0),
         pad_token_id=tok.pad_token_id,
+        temperature=TEMPERATURE,
     )
     try:
         seqs = _rollout(engine, tok, pool, constrained, seed=1)
@@ -129,9 +128,10 @@ def test_lora_learner_sync_merged(engine, policy, pool):
         learner = Learner(
             lora,
             LearnerConfig(
-                lr=5e-2, epochs=1, minibatch_size=64, micro_batch_size=64, temperature=TEMPERATURE
+                lr=5e-2, epochs=1, minibatch_size=64, micro_batch_size=64, entropy_coef=0.0
             ),
             pad_token_id=tok.pad_token_id,
+            temperature=TEMPERATURE,
         )
         seqs = _rollout(engine, tok, pool, True, seed=3)
         adv = np.random.default_rng(1).normal(size=len(seqs)).astype(np.float32)

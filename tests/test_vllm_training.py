@@ -21,8 +21,9 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 
 from agentrl.backends.base import SamplingParams  # noqa: E402
 from agentrl.backends.vllm_engine import VLLMBackend  # noqa: E402
+from agentrl.config import load_config  # noqa: E402
 from agentrl.learner.sequences import StepSequence  # noqa: E402
-from agentrl.trainer import Trainer  # noqa: E402
+from agentrl.recipe import build, train  # noqa: E402
 
 CONFIG_DIR = agentrl.configs.__path__[0]
 
@@ -48,32 +49,32 @@ def _config(tmp_path, *overrides):
 
 def test_two_iterations_with_vllm_rollouts(tmp_path, monkeypatch):
     monkeypatch.setenv("AGENTRL_CACHE_DIR", str(tmp_path / "cache"))
-    cfg = _config(tmp_path / "run", "trainer.lr=0.05")
-    trainer = Trainer(cfg, tmp_path / "run")
+    cfg = load_config(_config(tmp_path / "run", "trainer.lr=0.05"))
+    parts = build(cfg)
     try:
-        assert isinstance(trainer.backend, VLLMBackend)
+        assert isinstance(parts.backend, VLLMBackend)
         syncs = []
-        update = trainer.backend.update_weights
+        update = parts.backend.update_weights
         monkeypatch.setattr(
-            trainer.backend, "update_weights", lambda sd: (syncs.append(len(sd)), update(sd))
+            parts.backend, "update_weights", lambda sd: (syncs.append(len(sd)), update(sd))
         )
-        trainer.run()
+        train(cfg, tmp_path / "run", parts)
         rows = [
             json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
         ]
-        train = [r for r in rows if r.get("phase") == "train"]
-        assert [r["iteration"] for r in train] == [1, 2]
+        trained = [r for r in rows if r.get("phase") == "train"]
+        assert [r["iteration"] for r in trained] == [1, 2]
         assert len(syncs) == 2 and all(n > 0 for n in syncs)
-        assert trainer.backend.tokens_generated > 0
+        assert parts.backend.tokens_generated > 0
 
         # The engine now holds the trained weights: its log-probs are the learner's.
-        tok = trainer.tokenizer
+        tok = parts.tokenizer
         prompt = tok("#####\n#_@_#\n#_$.#\n#___#\n#####", add_special_tokens=False)["input_ids"]
-        (gen,) = trainer.backend.generate(
+        (gen,) = parts.backend.generate(
             [prompt], SamplingParams(max_new_tokens=6, temperature=1.0, seed=0)
         )
         seq = StepSequence(prompt, gen.token_ids, gen.logprobs, 0)
-        (rec,) = trainer.learner.logprobs([seq])
+        (rec,) = parts.learner.logprobs([seq])
         assert np.abs(np.asarray(gen.logprobs) - rec).max() < 1e-3
     finally:
-        trainer.close()
+        parts.runner.close()

@@ -24,7 +24,7 @@ backend seeds request ``i`` from it), so a rerun with the same ``num_envs`` is i
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -81,12 +81,15 @@ class ModelSettings:
         return {k: v for k, v in self.__dict__.items()}
 
 
-def _yaml(name: str) -> dict[str, Any]:
-    """A file of the packaged configs, as a plain dict (its ``defaults`` list dropped)."""
-    text = resources.files("agentrl.configs").joinpath(name).read_text()
-    data = OmegaConf.to_container(OmegaConf.create(text), resolve=False) or {}
-    data.pop("defaults", None)
-    return data
+def _preset_config(preset: str, name: str):
+    """The typed training config with model preset ``preset`` (a file of the packaged configs)
+    over the schema's defaults: the rollout settings a model of that family trains with."""
+    from ..config import load_config
+
+    text = resources.files("agentrl.configs").joinpath(preset).read_text()
+    model = OmegaConf.to_container(OmegaConf.create(text), resolve=False) or {}
+    model.pop("defaults", None)
+    return load_config({"model": {**model, "name": name}})
 
 
 def _plain(d: Mapping[str, Any] | None, keys: Sequence[str]) -> dict[str, Any]:
@@ -139,32 +142,27 @@ def resolve_model_settings(agent_cfg: Mapping[str, Any]) -> ModelSettings:
         preset = {"tiny": "model/tiny.yaml", "smollm2-135m": "model/smollm2-135m.yaml"}.get(
             name, "model/path.yaml"
         )
-        m = _yaml(preset)
-        prompt = {
-            **_plain(_yaml("rollout/hf.yaml").get("prompt"), _PROMPT_KEYS),
-            **_plain(m.get("prompt"), _PROMPT_KEYS),
-        }
-        prompt.setdefault("max_prompt_tokens", int(m.get("max_prompt_tokens", 2048)))
         if name not in ("tiny", "smollm2-135m") and not path.exists():
             raise ValueError(
                 f"agent.path={name!r}: no such folder (give a training run, a model folder, tiny or smollm2-135m)"
             )
+        cfg = _preset_config(preset, name)
+        rollout = asdict(cfg.rollout)
         s = ModelSettings(
             model=name,
             source=preset,
-            prompt=prompt,
-            action=_plain(_yaml("rollout/hf.yaml").get("action"), _ACTION_KEYS),
-            max_new_tokens=int(m.get("max_new_tokens", 64)),
-            constrained=bool(m.get("constrained", False)),
-            dtype=str(m.get("dtype", "float32")),
-            tiny=m.get("tiny"),
+            prompt=rollout.pop("prompt"),
+            action=rollout.pop("action"),
+            max_new_tokens=cfg.rollout.max_new_tokens,
+            constrained=cfg.rollout.constrained,
+            dtype=cfg.model.dtype,
+            tiny=asdict(cfg.model.tiny) if name == "tiny" and cfg.model.tiny else None,
+            backend_options=rollout,
         )
     if agent_cfg.get("backend"):
         s.backend = str(agent_cfg["backend"])
     if s.backend not in ("hf", "vllm"):
         raise ValueError(f"agent.backend must be hf or vllm, got {s.backend!r}")
-    if s.backend == "vllm":
-        s.backend_options = {**_yaml("rollout/vllm.yaml"), **s.backend_options}
     s.backend_options = {
         **s.backend_options,
         **dict(agent_cfg.get("backend_options") or {}),

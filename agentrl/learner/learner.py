@@ -20,7 +20,6 @@ import contextlib
 import copy
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -28,6 +27,7 @@ import torch
 
 from agentrl.credit import step_to_tokens
 
+from ..config import LearnerConfig
 from .forward import response_forward
 from .losses import aggregate, kl_penalty, normaliser, ppo_clip_loss, value_loss
 from .sequences import Collated, StepSequence, collate
@@ -37,31 +37,6 @@ __all__ = ["Learner", "LearnerConfig", "NonFiniteError", "token_advantages"]
 
 class NonFiniteError(FloatingPointError):
     """A loss, gradient or advantage is NaN or infinite: the update is stopped."""
-
-
-@dataclass
-class LearnerConfig:
-    lr: float = 5e-4
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    epochs: int = 2
-    minibatch_size: int = 256
-    micro_batch_size: int = 64
-    micro_batch_tokens: int | None = None  # also cap a micro-batch's padded tokens
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    loss_agg: str = "token-mean"
-    max_grad_norm: float = 1.0
-    kl_coef: float = 0.0
-    kl_estimator: str = "k3"
-    entropy_coef: float = 0.0
-    value_coef: float = 0.5
-    value_lr: float | None = None
-    value_clip: float | None = None
-    temperature: float = 1.0
-    dtype: str = "auto"
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def token_advantages(batch: Collated, step_advantages: np.ndarray) -> torch.Tensor:
@@ -83,6 +58,7 @@ class Learner:
         cfg: hyper-parameters.
         pad_token_id: padding id for collation.
         value_head: add a scalar value head on the last prompt token's hidden state.
+        temperature: the sampling temperature of the rollouts (the ratio's distribution).
     """
 
     def __init__(
@@ -91,9 +67,11 @@ class Learner:
         cfg: LearnerConfig,
         pad_token_id: int,
         value_head: bool = False,
+        temperature: float = 1.0,
     ):
         self.model = model
         self.cfg = cfg
+        self.temperature = float(temperature)
         self.pad_token_id = int(pad_token_id)
         self.device = next(model.parameters()).device
         hidden = (
@@ -149,7 +127,7 @@ class Learner:
         with ctx, self.autocast():
             for idx in self._micro_batches(seqs, np.arange(len(seqs))):
                 batch = collate([seqs[i] for i in idx], self.pad_token_id).to(self.device)
-                fo = response_forward(model, batch, self.cfg.temperature, want_entropy=False)
+                fo = response_forward(model, batch, self.temperature, want_entropy=False)
                 lp = fo.logprobs.float().cpu().numpy()
                 for k, i in enumerate(idx):
                     out[i] = lp[k, : len(seqs[i].response_ids)]
@@ -226,8 +204,21 @@ class Learner:
                     sums[k] = sums.get(k, 0.0) + v
                     counts[k] = counts.get(k, 0) + 1
         self.updates += 1
+        self._check_parameters()
         # Means over the mini-batches that computed each term (all-zero-advantage ones skip the loss).
         return {k: v / counts[k] for k, v in sums.items()}
+
+    def _check_parameters(self) -> None:
+        """Raise :class:`NonFiniteError` when an optimiser step left a non-finite weight (a finite
+        but huge learning rate does that); the caller keeps the last good checkpoint."""
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        with torch.no_grad():
+            ok = torch.stack([torch.isfinite(p).all() for p in params]).all()
+        if not bool(ok):
+            raise NonFiniteError(
+                f"non-finite weights after update {self.updates} (learning rate {self.cfg.lr}): "
+                "training is stopped"
+            )
 
     def _minibatch_step(self, seqs, mb, adv, ref, returns, old_values) -> dict[str, float]:
         cfg = self.cfg
@@ -300,7 +291,7 @@ class Learner:
             fo = response_forward(
                 self.model,
                 batch,
-                cfg.temperature,
+                self.temperature,
                 want_entropy=True,
                 want_hidden=self.value_head is not None,
             )

@@ -14,6 +14,13 @@ from .loop import EpisodeResult
 __all__ = ["to_step_batch"]
 
 
+def _objects(values: list) -> np.ndarray:
+    """A 1-d object array (np.array would make a 2-d one from equal-length tuple keys)."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
 def to_step_batch(
     episodes: Sequence[EpisodeResult],
     values: np.ndarray | None = None,
@@ -23,8 +30,9 @@ def to_step_batch(
 
     Columns: ``reward`` is the env's raw reward (credit modules apply the invalid-action
     penalty through their ``invalid_penalty`` option); ``action_key`` is the parsed action, or
-    ``"<invalid:reason>"``; ``extras`` carry the ``observation`` text, ``terminated`` and the
-    sampling ``finish_reason``.
+    ``"<invalid:reason>"``; ``extras`` carry the ``observation`` text, ``terminated``, the
+    sampling ``finish_reason`` and ``next_state_key`` (the state each step led to; GraphGPO links
+    failed rollouts' final states through it).
     """
     cols: dict[str, list] = {
         k: []
@@ -41,7 +49,7 @@ def to_step_batch(
             "success",
         )
     }
-    obs, term, finish = [], [], []
+    obs, term, finish, nxt = [], [], [], []
     seqs: list[StepSequence] = []
     for ep in episodes:
         T = len(ep.steps)
@@ -62,6 +70,7 @@ def to_step_batch(
             obs.append(s.observation)
             term.append(ep.terminated and t == T - 1)
             finish.append(s.finish_reason)
+            nxt.append(s.next_state_key)
             seqs.append(StepSequence(s.prompt_ids, s.response_ids, s.logprobs, row, s.allowed))
     batch = StepBatch(
         group=np.asarray(cols["group"], dtype=np.int64),
@@ -80,6 +89,7 @@ def to_step_batch(
             "observation": np.array(obs, dtype=object),
             "terminated": np.asarray(term, dtype=bool),
             "finish_reason": np.array(finish, dtype=object),
+            "next_state_key": _objects(nxt),
         },
     )
     return batch, seqs

@@ -53,6 +53,7 @@ class StepRecord:
     reward: float  # the env's reward (raw; the invalid-action penalty is the credit module's)
     valid: bool  # parsed and accepted by the env
     milestones_new: int
+    next_state_key: Hashable = None  # info["state_key"] of the state the step led to
 
 
 @dataclass
@@ -254,6 +255,7 @@ def run_episodes(
                     reward=float(res.reward),
                     valid=valid,
                     milestones_new=max(0, after - before),
+                    next_state_key=info.get("state_key", res.observation),
                 )
             )
             stats.prompt_tokens += len(prompts[j])

@@ -43,7 +43,8 @@ def test_bad_model_settings(cfg, match):
 
 
 def test_checkpoint_evaluates_as_the_trainer_evaluated_it(tmp_path):
-    from agentrl.trainer import Trainer
+    from agentrl.config import load_config
+    from agentrl.recipe import train
 
     run = tmp_path / "run"
     with initialize_config_module("agentrl.configs", version_base=None):
@@ -69,11 +70,7 @@ def test_checkpoint_evaluates_as_the_trainer_evaluated_it(tmp_path):
                 f"output_dir={tmp_path / 'eval'}",
             ],
         )
-    trainer = Trainer(tcfg, run)
-    try:
-        trainer.run()
-    finally:
-        trainer.close()
+    train(load_config(tcfg), run)
     report = evaluate(ecfg)
     resolved = report.meta["agent_config"]["resolved"]
     assert resolved["source"] == str(run) and resolved["model"] == str(

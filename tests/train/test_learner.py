@@ -278,3 +278,18 @@ def test_value_head_learns_returns(tiny, sokoban_pool):
     m = learner.update(seqs, np.zeros(len(seqs), np.float32), returns=returns, old_values=values)
     new_values, _ = learner.prompt_features([s.prompt_ids for s in seqs])
     assert m["value_loss"] > 0 and np.abs(new_values - 2.0).mean() < np.abs(values - 2.0).mean()
+
+
+def test_non_finite_weights_after_an_update_stop_training(tiny):
+    """A finite but absurd step (as lr=1e30 gives) leaves inf/NaN weights: the update says so.
+    (All-zero advantages and no entropy term: no loss is computed, so only the weight check sees it.)"""
+    from agentrl.learner import NonFiniteError
+
+    model, tok = tiny
+    cfg = LearnerConfig(lr=1.0, epochs=1, max_grad_norm=0.0, entropy_coef=0.0)
+    learner = Learner(model, cfg, tok.pad_token_id)
+    with torch.no_grad():
+        next(model.parameters()).fill_(float("inf"))
+    seqs = [StepSequence([1, 2, 3], [4, 5], [-1.0, -1.0], 0)]
+    with pytest.raises(NonFiniteError, match="non-finite weights"):
+        learner.update(seqs, np.zeros(1, dtype=np.float32))

@@ -1,0 +1,564 @@
+"""The training config: typed dataclasses, the single source of every key, default and description.
+
+``configs/`` holds presets over these (``env=alfworld``, ``model=smollm2-135m``, ...): a preset
+sets values, never new keys. :func:`load_config` merges a composed Hydra config into
+:class:`TrainConfig` (registered in Hydra's ConfigStore as ``train_schema``), so a misspelt key, a
+wrong type or an out-of-range value fails before any work with one line naming the key
+(:class:`ConfigError`). Each field's ``help`` is its one-line description; ``docs/training.md``'s
+config reference is generated from them (:func:`reference_markdown`).
+
+Checks live next to the fields (``check=`` in :func:`opt`); the few that relate two keys are in
+the ``cross_checks`` method of the class that holds them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+__all__ = [
+    "ConfigError",
+    "CreditConfig",
+    "EnvConfig",
+    "LearnerConfig",
+    "ModelConfig",
+    "RolloutConfig",
+    "TrainConfig",
+    "TrainerConfig",
+    "load_config",
+    "reference_markdown",
+    "register_schema",
+]
+
+
+class ConfigError(ValueError):
+    """A config value is missing, of the wrong type or out of range (the message names the key)."""
+
+
+Check = Callable[[Any], "str | None"]
+
+
+def opt(default: Any = MISSING, help: str = "", check: Check | None = None, factory=None) -> Any:
+    """A config field: its default, one-line description and value check."""
+    meta = {"help": help, "check": check}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+# -- value checks (each returns a message, or None when the value is fine) ----------------------
+def num(lo: float | None = None, hi: float | None = None, *, lo_open=False, hi_open=False) -> Check:
+    def check(v: Any) -> str | None:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            return f"must be a finite number, got {v!r}"
+        if lo is not None and (v <= lo if lo_open else v < lo):
+            return f"must be {'>' if lo_open else '>='} {lo}, got {v}"
+        if hi is not None and (v >= hi if hi_open else v > hi):
+            return f"must be {'<' if hi_open else '<='} {hi}, got {v}"
+        return None
+
+    return check
+
+
+def one_of(*options: Any) -> Check:
+    return lambda v: (
+        None if v in options else f"must be one of {', '.join(map(str, options))}, got {v!r}"
+    )
+
+
+def optional(check: Check) -> Check:
+    return lambda v: None if v is None else check(v)
+
+
+def nonempty(v: Any) -> str | None:
+    return None if isinstance(v, str) and v.strip() else f"must be a non-empty string, got {v!r}"
+
+
+def regex_with_group(v: Any) -> str | None:
+    if v is None:
+        return None
+    try:
+        rx = re.compile(v)
+    except re.error as exc:
+        return f"is not a valid regular expression ({exc})"
+    return None if rx.groups >= 1 else "needs a capture group for the action"
+
+
+def device_name(v: Any) -> str | None:
+    ok = isinstance(v, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", v)
+    return None if ok else f"must be auto, cpu, cuda, cuda:N or mps, got {v!r}"
+
+
+POSITIVE, NON_NEGATIVE = num(0, lo_open=True), num(0)
+
+
+# -- the groups ----------------------------------------------------------------------------------
+@dataclass
+class RayConfig:
+    """Where env actors run when `env.backend=ray` (see docs/distributed.md)."""
+
+    address: str | None = opt(None, "Ray cluster address (null: RAY_ADDRESS, else a local Ray)")
+    envs_per_actor: int = opt(4, "envs hosted by one Ray actor", num(1))
+    num_cpus: float = opt(1.0, "CPUs each env actor reserves", POSITIVE)
+
+
+@dataclass
+class EnvConfig:
+    """Group `env`: which environment, its tasks and the rollout loop's limits."""
+
+    id: str = opt(
+        "Sokoban-v0",
+        "the agentrl.envs.make id (Sokoban-v0, ALFWorld-v0, WebShop-v0, ...)",
+        nonempty,
+    )
+    kwargs: dict[str, Any] = opt(
+        help="keyword arguments of agentrl.envs.make(id, **kwargs)", factory=dict
+    )
+    train_tasks: str = opt(
+        "seeds",
+        "'seeds': reset(seed=s), s drawn below train_seed_high; or a split of env.task_ids",
+        nonempty,
+    )
+    train_seed_high: int = opt(
+        1_000_000_000,
+        "exclusive upper bound of training seeds (keeps training and evaluation tasks apart)",
+        num(1),
+    )
+    eval_split: str | None = opt(
+        "test",
+        "split of env.task_ids(split, limit) for held-out evaluation; null: reset with seeds eval_seed_base + i",
+        optional(nonempty),
+    )
+    eval_seed_base: int | None = opt(
+        None, "first evaluation seed when eval_split is null", optional(num(0))
+    )
+    eval_episodes: int = opt(
+        200, "size of the fixed held-out set (the first eval_episodes tasks of the split)", num(1)
+    )
+    max_steps: int = opt(
+        10, "the rollout loop's step cap per episode (the env may end episodes sooner)", num(1)
+    )
+    invalid_penalty: float = opt(
+        -0.1, "reward added when an action is invalid or cannot be parsed (<= 0)", num(hi=0)
+    )
+    num_workers: int = opt(
+        0, "env worker processes of the pool (0: envs live in the trainer process)", num(0)
+    )
+    step_timeout: float | None = opt(
+        None,
+        "seconds a worker may take per call before it is restarted (null: no limit)",
+        optional(POSITIVE),
+    )
+
+    backend: str = opt(
+        "process",
+        "where envs run: process (worker processes on this host) or ray (Ray actors on a cluster)",
+        one_of("process", "ray"),
+    )
+    ray: RayConfig = opt(help="Ray actors (env.backend=ray)", factory=RayConfig)
+
+    def cross_checks(self) -> Iterator[tuple[str, str]]:
+        if self.eval_split is None and self.eval_seed_base is None:
+            yield "eval_seed_base", "is needed when env.eval_split is null"
+
+
+@dataclass
+class CreditConfig:
+    """Group `credit`: the credit module and its options (see docs/credit.md)."""
+
+    name: str = opt("gigpo", "registered credit module (agentrl.credit.available())", nonempty)
+    options: dict[str, Any] = opt(
+        help="the module's keyword options; invalid_penalty null: -env.invalid_penalty",
+        factory=dict,
+    )
+    embedding_layer: int = opt(
+        -8,
+        "hidden-state layer recorded per step for modules that need embeddings (clamped to the model's depth)",
+    )
+
+
+@dataclass
+class TinyModelConfig:
+    """The embedded random-initialised Qwen2 and its locally trained tokenizer."""
+
+    vocab_size: int = opt(512, "tokenizer vocabulary size", num(64))
+    hidden_size: int = opt(128, "hidden width", num(8))
+    num_layers: int = opt(2, "decoder layers", num(1))
+    num_heads: int = opt(4, "attention heads", num(1))
+    num_kv_heads: int = opt(4, "key/value heads", num(1))
+    intermediate_size: int = opt(256, "MLP width", num(1))
+    seed: int = opt(0, "initialisation seed", num(0))
+
+
+@dataclass
+class LoraConfig:
+    enabled: bool = opt(False, "train LoRA adapters instead of all weights (peft)")
+    r: int = opt(16, "LoRA rank", num(1))
+    alpha: float = opt(32.0, "LoRA alpha", POSITIVE)
+    dropout: float = opt(0.0, "LoRA dropout", num(0, 1, hi_open=True))
+    target_modules: Any = opt("all-linear", "modules to adapt: all-linear or a list of names")
+
+
+@dataclass
+class ModelPromptConfig:
+    """The prompt a model family reads best; rollout.prompt defaults to these."""
+
+    instruction: bool = opt(False, "the env's instruction as a system message")
+    history: int = opt(0, "last K observation/response pairs in the prompt (-1: all)", num(-1))
+    admissible_actions: bool = opt(False, "list the admissible actions in the prompt")
+    observation_prefix: str = opt("", "text before the current observation")
+
+
+@dataclass
+class ModelConfig:
+    """Group `model`: the policy and the settings that suit it."""
+
+    name: str = opt("tiny", "tiny, smollm2-135m, or a local Hugging Face model folder", nonempty)
+    tiny: TinyModelConfig | None = opt(
+        help="shape of the embedded tiny model (name=tiny only)", factory=TinyModelConfig
+    )
+    dtype: str = opt("float32", "parameter dtype", one_of("float32", "bfloat16", "float16"))
+    lora: LoraConfig = opt(help="LoRA adapters", factory=LoraConfig)
+    max_new_tokens: int = opt(8, "response token cap per step that suits the model", num(1))
+    micro_batch_tokens: int | None = opt(
+        16384,
+        "padded tokens per update micro-batch that fit the model's memory (null: no cap)",
+        optional(num(1)),
+    )
+    max_prompt_tokens: int = opt(512, "prompt token cap (oldest history dropped first)", num(1))
+    gradient_checkpointing: bool = opt(
+        False, "recompute activations in the backward pass (less memory, ~30 % more compute)"
+    )
+    constrained: bool = opt(
+        True, "restrict decoding to the admissible actions when the env lists them"
+    )
+    prompt: ModelPromptConfig = opt(
+        help="prompt parts the model reads best", factory=ModelPromptConfig
+    )
+
+
+@dataclass
+class PromptSettings:
+    instruction: bool = opt(
+        "${model.prompt.instruction}", "the env's instruction as a system message"
+    )
+    history: int = opt(
+        "${model.prompt.history}", "last K observation/response pairs (-1: all)", num(-1)
+    )
+    admissible_actions: bool = opt(
+        "${model.prompt.admissible_actions}", "list the valid actions in the prompt"
+    )
+    observation_prefix: str = opt(
+        "${model.prompt.observation_prefix}", "text before the current observation"
+    )
+    history_prefix: str = opt("Observation:\n", "text before each past observation")
+    actions_prefix: str = opt("Admissible actions: ", "text before the list of admissible actions")
+    response_hint: str = opt(
+        "Think briefly if you need to, then give exactly one action as <action>ACTION</action>.",
+        "the closing instruction of every prompt",
+    )
+    system_role: bool = opt(
+        True, "put the instruction in a system message (false: in the first user message)"
+    )
+    max_prompt_tokens: int = opt(
+        "${model.max_prompt_tokens}", "prompt token cap (oldest history dropped first)", num(1)
+    )
+
+
+@dataclass
+class ActionSettings:
+    pattern: str | None = opt(
+        "<action>(.*?)</action>",
+        "regex whose group 1 is the action (null: the whole response)",
+        regex_with_group,
+    )
+    template: str = opt(
+        "<action>{action}</action>",
+        "the response an action is written as (constrained decoding)",
+        lambda v: None if "{action}" in v else f"must contain {{action}}, got {v!r}",
+    )
+    think: bool = opt(False, "allow <think>...</think> before the action")
+    require_think: bool = opt(False, "require the <think> block (needs think=true)")
+    max_action_chars: int = opt(512, "longer actions are rejected as invalid", num(1))
+
+
+@dataclass
+class RolloutConfig:
+    """Group `rollout`: tasks per iteration, sampling, prompt, action format and the engine."""
+
+    backend: str = opt("hf", "generation engine: hf (transformers) or vllm", one_of("hf", "vllm"))
+    tasks_per_iter: int = opt(16, "training tasks (groups) per iteration", num(1))
+    group_size: int = opt(
+        8, "rollouts per task, all reset with the task's seed (same start state)", num(1)
+    )
+    max_new_tokens: int = opt(
+        "${model.max_new_tokens}", "response token cap per step (longer: invalid action)", num(1)
+    )
+    temperature: float = opt(
+        1.0, "sampling temperature (the learner's ratio uses the same)", POSITIVE
+    )
+    top_p: float = opt(1.0, "nucleus sampling mass", num(0, 1, lo_open=True))
+    top_k: int = opt(0, "top-k sampling (0: off)", num(0))
+    eval_temperature: float = opt(
+        0.0, "temperature of held-out evaluation (0: greedy)", NON_NEGATIVE
+    )
+    constrained: bool = opt(
+        "${model.constrained}",
+        "restrict decoding to the admissible actions (when the env lists them)",
+    )
+    max_batch_size: int = opt(256, "hf: requests per forward pass", num(1))
+    max_batch_tokens: int | None = opt(
+        32768, "hf: padded tokens per forward pass (null: no cap)", optional(num(1))
+    )
+    prompt: PromptSettings = opt(help="how each step's prompt is built", factory=PromptSettings)
+    action: ActionSettings = opt(
+        help="how the action is parsed from a response", factory=ActionSettings
+    )
+    # vLLM engine (rollout=vllm; see docs/vllm.md)
+    dtype: str = opt("auto", "vllm: engine dtype (auto: the checkpoint's)")
+    max_model_len: int | None = opt(
+        None, "vllm: context in tokens (null: the model's)", optional(num(1))
+    )
+    kv_cache_memory_bytes: int | None = opt(
+        134217728,
+        "vllm: KV-cache budget in bytes (required on CPU; null on GPU: gpu_memory_utilization)",
+        optional(num(1)),
+    )
+    gpu_memory_utilization: float = opt(
+        0.35, "vllm: GPU share for the engine (colocated with the learner)", num(0, 1, lo_open=True)
+    )
+    enable_prefix_caching: bool = opt(True, "vllm: share prompt prefixes across turns")
+    enforce_eager: bool | None = opt(None, "vllm: null: eager on CPU, CUDA graphs on GPU")
+    sleep_mode: bool | None = opt(
+        None, "vllm: free the engine's GPU memory during updates (null: where supported)"
+    )
+    max_num_seqs: int = opt(256, "vllm: requests batched per engine step", num(1))
+    engine_kwargs: dict[str, Any] = opt(
+        help="vllm: any other vllm.LLM argument, passed as is", factory=dict
+    )
+
+    def cross_checks(self) -> Iterator[tuple[str, str]]:
+        if self.action.require_think and not self.action.think:
+            yield "action.require_think", "needs rollout.action.think=true"
+
+
+@dataclass
+class LearnerConfig:
+    """PPO learner hyper-parameters (read by :class:`agentrl.learner.Learner`)."""
+
+    lr: float = opt(5e-4, "AdamW learning rate, in (0, 1]", num(0, 1, lo_open=True))
+    weight_decay: float = opt(0.0, "AdamW weight decay", NON_NEGATIVE)
+    betas: list[float] = opt(
+        help="AdamW betas",
+        factory=lambda: [0.9, 0.999],
+        check=lambda v: (
+            None
+            if len(v) == 2 and all(0 <= b < 1 for b in v)
+            else f"must be two numbers in [0, 1), got {v}"
+        ),
+    )
+    eps: float = opt(1e-8, "AdamW epsilon", POSITIVE)
+    epochs: int = opt(2, "PPO epochs over each iteration's steps", num(1))
+    minibatch_size: int = opt(256, "sequences (agent steps) per optimiser step", num(1))
+    micro_batch_size: int = opt(
+        256, "sequences per forward/backward (gradients accumulate)", num(1)
+    )
+    micro_batch_tokens: int | None = opt(
+        None,
+        "and at most this many padded tokens per micro-batch (null: no cap; trainer=default takes model.micro_batch_tokens)",
+        optional(num(1)),
+    )
+    clip_low: float = opt(
+        0.2, "ratio clipped to [1 - clip_low, 1 + clip_high]", num(0, 1, hi_open=True)
+    )
+    clip_high: float = opt(
+        0.2, "upper clip range (asymmetric clipping when != clip_low)", NON_NEGATIVE
+    )
+    loss_agg: str = opt(
+        "token-mean",
+        "loss aggregation",
+        one_of("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"),
+    )
+    max_grad_norm: float = opt(1.0, "gradient-norm clip (0: none)", NON_NEGATIVE)
+    kl_coef: float = opt(
+        0.0, "KL(policy || reference) loss weight (0: no reference pass)", NON_NEGATIVE
+    )
+    kl_estimator: str = opt("k3", "KL estimator", one_of("k1", "k3"))
+    entropy_coef: float = opt(
+        0.01, "entropy bonus weight (keeps the tiny policy from collapsing early)", num()
+    )
+    value_coef: float = opt(0.5, "value-head loss weight (modules that need values)", NON_NEGATIVE)
+    value_lr: float | None = opt(None, "value-head learning rate (null: lr)", optional(POSITIVE))
+    value_clip: float | None = opt(None, "value-loss clip range (null: none)", optional(POSITIVE))
+    dtype: str = opt(
+        "auto",
+        "auto: bf16 autocast on GPUs that support it, float32 on CPU",
+        one_of("auto", "float32", "bfloat16"),
+    )
+
+    def cross_checks(self) -> Iterator[tuple[str, str]]:
+        if self.micro_batch_size > self.minibatch_size:
+            yield (
+                "micro_batch_size",
+                f"({self.micro_batch_size}) must be <= trainer.minibatch_size ({self.minibatch_size})",
+            )
+
+
+@dataclass
+class TrainerConfig(LearnerConfig):
+    """Group `trainer`: the learner's hyper-parameters and the loop around it."""
+
+    iterations: int = opt(100, "rollout -> credit -> update cycles", num(0))
+    device: str = opt("auto", "auto: cuda if available, else cpu", device_name)
+    num_threads: int | None = opt(1, "torch CPU threads (null: torch's default)", optional(num(1)))
+    eval_every: int = opt(
+        25, "held-out evaluation every N iterations (0: only before and after)", num(0)
+    )
+    eval_initial: bool = opt(True, "evaluate the initial policy (the baseline of the summary)")
+    checkpoint_every: int = opt(25, "checkpoint every N iterations (0: only the final one)", num(0))
+    keep_checkpoints: int = opt(2, "checkpoints kept (older ones are deleted)", num(1))
+    resume: str | None = opt(
+        None, "a run folder or checkpoint file to continue from", optional(nonempty)
+    )
+    progress: bool = opt(True, "rich progress bar")
+    tensorboard: bool = opt(True, "write TensorBoard events under <output_dir>/tb")
+    plot: bool = opt(True, "training-curve PNG at the end")
+
+
+@dataclass
+class TrainConfig:
+    """``python -m agentrl.train``: every key of a training run."""
+
+    seed: int = opt(
+        0, "every random choice of the run derives from it (tasks, sampling, shuffles)", num(0)
+    )
+    output_dir: str | None = opt(None, "run folder (null: Hydra's outputs/<date>/<time>)")
+    env: EnvConfig = opt(help="environment", factory=EnvConfig)
+    credit: CreditConfig = opt(help="credit assignment", factory=CreditConfig)
+    model: ModelConfig = opt(help="policy model", factory=ModelConfig)
+    rollout: RolloutConfig = opt(help="rollouts", factory=RolloutConfig)
+    trainer: TrainerConfig = opt(help="learner and loop", factory=TrainerConfig)
+
+
+# -- loading ---------------------------------------------------------------------------------------
+def register_schema() -> None:
+    """Register :class:`TrainConfig` in Hydra's ConfigStore as ``train_schema``."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def load_config(cfg: DictConfig | dict) -> TrainConfig:
+    """The typed, checked config from a composed Hydra config (or a plain dict).
+
+    Raises :class:`ConfigError` with one line per problem, each naming its key.
+    """
+    raw = cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg)
+    raw = OmegaConf.masked_copy(raw, [k for k in raw if k != "hydra"]) if "hydra" in raw else raw
+    unknown = list(_unknown_keys(OmegaConf.to_container(raw, resolve=False), TrainConfig))
+    if unknown:
+        raise ConfigError("invalid config: " + "; ".join(unknown))
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), raw)
+        OmegaConf.resolve(merged)
+        missing = sorted(OmegaConf.missing_keys(merged))
+        if missing:
+            raise ConfigError(
+                "invalid config: " + "; ".join(f"{k} is required (set {k}=...)" for k in missing)
+            )
+        typed: TrainConfig = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None)
+        msg = _first_line(exc)
+        if key and "not in struct" in str(exc) or "Key '" in msg and "not in" in msg:
+            parent = key.rsplit(".", 1)[0] if key and "." in key else ""
+            node = OmegaConf.select(OmegaConf.structured(TrainConfig), parent) if parent else None
+            valid = ", ".join(node.keys()) if node is not None and hasattr(node, "keys") else ""
+            msg = f"{key} is not a config key" + (
+                f" (valid under {parent}: {valid})" if valid else ""
+            )
+            raise ConfigError(f"invalid config: {msg}") from None
+        raise ConfigError(
+            f"invalid config: {key}: {msg}" if key else f"invalid config: {msg}"
+        ) from None
+    problems = list(check(typed))
+    if problems:
+        raise ConfigError("invalid config: " + "; ".join(problems))
+    return typed
+
+
+def _unknown_keys(data: Any, cls: type, prefix: str = "") -> Iterator[str]:
+    """Keys of ``data`` that are not fields of dataclass ``cls`` (free-form dict fields aside)."""
+    if not isinstance(data, dict):
+        return
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key, value in data.items():
+        f = fields.get(key)
+        if f is None:
+            valid = ", ".join(fields)
+            yield f"{prefix}{key} is not a config key (valid under {prefix.rstrip('.') or 'the top level'}: {valid})"
+            continue
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if dataclasses.is_dataclass(default):
+            yield from _unknown_keys(value, type(default), f"{prefix}{key}.")
+
+
+def check(obj: Any, prefix: str = "") -> Iterator[str]:
+    """Every failed field check and cross-check of a config tree, as ``key message`` lines."""
+    for f in dataclasses.fields(obj):
+        value, key = getattr(obj, f.name), prefix + f.name
+        rule = f.metadata.get("check")
+        msg = rule(value) if rule is not None else None
+        if msg:
+            yield f"{key} {msg}"
+        elif dataclasses.is_dataclass(value):
+            yield from check(value, key + ".")
+    if hasattr(obj, "cross_checks"):
+        for name, msg in obj.cross_checks():
+            yield f"{prefix}{name} {msg}"
+
+
+def reference_markdown() -> str:
+    """The config reference (one table per group), generated from the dataclasses."""
+    out = []
+    top = TrainConfig()
+    rows = [
+        (f.name, f)
+        for f in dataclasses.fields(top)
+        if not dataclasses.is_dataclass(getattr(top, f.name))
+    ]
+    out += ["| key | default | description |", "|---|---|---|"]
+    out += [_row(name, f, getattr(top, f.name)) for name, f in rows]
+    for f in dataclasses.fields(top):
+        node = getattr(top, f.name)
+        if dataclasses.is_dataclass(node):
+            out += ["", f"### `{f.name}`", "", (type(node).__doc__ or "").strip(), ""]
+            out += ["| key | default | description |", "|---|---|---|"]
+            out += list(_rows(node, f.name + "."))
+    return "\n".join(out) + "\n"
+
+
+def _rows(node: Any, prefix: str) -> Iterator[str]:
+    for f in dataclasses.fields(node):
+        value = getattr(node, f.name)
+        if dataclasses.is_dataclass(value):
+            yield from _rows(value, prefix + f.name + ".")
+        else:
+            yield _row(prefix + f.name, f, value)
+
+
+def _row(key: str, f: dataclasses.Field, value: Any) -> str:
+    shown = "null" if value is None else repr(value) if isinstance(value, str) else str(value)
+    shown = shown.replace("|", "\\|").replace("\n", "\\n")
+    return f"| `{key}` | `{shown}` | {f.metadata.get('help', '')} |"

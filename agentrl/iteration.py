@@ -1,0 +1,123 @@
+"""The pieces of a training iteration that the recipe (:mod:`agentrl.recipe`) calls by name:
+which tasks an iteration plays, the credit module's options and declared inputs, and the metrics
+row it logs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import credit
+from .config import TrainConfig
+from .evaluation.tasks import eval_resets, make_tasks
+from .learner import Learner
+from .rollout import EpisodeResult, ResetSpec, RolloutStats
+from .summary import peak_cuda_mb, peak_rss_mb
+
+__all__ = ["credit_options", "features", "held_out_resets", "train_resets", "train_row"]
+
+
+def credit_options(cfg: TrainConfig) -> dict[str, Any]:
+    """The credit module's options; ``invalid_penalty: null`` takes the env's penalty."""
+    opts = dict(cfg.credit.options)
+    if "invalid_penalty" in credit.options(cfg.credit.name) and opts.get("invalid_penalty") is None:
+        # The env config gives the penalty as a reward (<= 0); credit modules subtract a magnitude.
+        opts["invalid_penalty"] = -float(cfg.env.invalid_penalty)
+    elif "invalid_penalty" in opts and opts["invalid_penalty"] is None:
+        opts.pop("invalid_penalty")
+    return opts
+
+
+def train_resets(cfg: TrainConfig, it: int, train_ids: list[str] | None) -> list[ResetSpec]:
+    """Iteration ``it``'s tasks: ``tasks_per_iter`` groups of ``group_size`` identical resets,
+    drawn from ``(seed, it)`` alone (a resumed run draws the same tasks)."""
+    r, e = cfg.rollout, cfg.env
+    rng = np.random.default_rng([cfg.seed, it, 1])
+    resets = []
+    for g in range(r.tasks_per_iter):
+        group = it * r.tasks_per_iter + g
+        if train_ids is None:
+            spec = ResetSpec(group, seed=int(rng.integers(0, e.train_seed_high)))
+        else:
+            tid = train_ids[int(rng.integers(len(train_ids)))]
+            spec = ResetSpec(group, seed=None, options={"task_id": tid})
+        resets += [spec] * r.group_size
+    return resets
+
+
+def held_out_resets(cfg: TrainConfig, pool: Any) -> list[ResetSpec]:
+    """The fixed held-out tasks, built exactly as ``agentrl.evaluate`` builds them
+    (:func:`agentrl.evaluation.tasks.make_tasks`; the split is listed by an env of the pool)."""
+    e = cfg.env
+    tasks = make_tasks(
+        e.id,
+        e.kwargs,
+        split=e.eval_split,
+        episodes=e.eval_episodes,
+        seed_base=e.eval_seed_base,
+        seed=cfg.seed,
+        list_task_ids=lambda split, n: pool.call([0], "task_ids", split, n)[0],
+    )
+    return eval_resets(tasks)
+
+
+def features(
+    learner: Learner, model: Any, eps: list[EpisodeResult], needs: frozenset[str], layer: int
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Critic values and hidden-state embeddings at each step's last prompt token, computed only
+    when the credit module declares it needs them (``value``, ``embedding``)."""
+    if not needs & {"value", "embedding"}:
+        return None, None
+    depth = _num_hidden_states(model)
+    layer = max(layer, -depth + 1) if layer < 0 else min(layer, depth - 1)
+    prompts = [s.prompt_ids for ep in eps for s in ep.steps]
+    values, embs = learner.prompt_features(prompts, layer if "embedding" in needs else None)
+    return values, embs
+
+
+def _num_hidden_states(model: Any) -> int:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return int(base.config.num_hidden_layers) + 1
+
+
+def train_row(it, eps, seqs, stats: RolloutStats, res, upd, t_roll, t_credit, t_upd) -> dict:
+    """The ``metrics.jsonl`` row of training iteration ``it``."""
+    won = np.array([ep.won for ep in eps], dtype=float)
+    steps = [s for ep in eps for s in ep.steps]
+    row: dict[str, Any] = {
+        "iteration": it + 1,
+        "step": it + 1,
+        "phase": "train",
+        "train/success_rate": float(won.mean()),
+        "train/mean_return": float(np.mean([ep.total_reward for ep in eps])),
+        "train/mean_score": float(np.mean([ep.score for ep in eps])),
+        "train/mean_steps": float(np.mean([len(ep.steps) for ep in eps])),
+        "train/invalid_action_rate": float(np.mean([not s.valid for s in steps])),
+        "train/truncated_response_rate": float(
+            np.mean([s.finish_reason == "length" for s in steps])
+        ),
+        "train/agent_steps": len(seqs),
+        "train/prompt_tokens": stats.prompt_tokens,
+        "train/response_tokens": stats.response_tokens,
+        "train/prompt_overflows": stats.prompt_overflows,
+        "train/advantage_abs_mean": float(np.abs(res.advantages).mean()),
+        "time/rollout_s": t_roll.wall,
+        "time/credit_s": t_credit.wall,
+        "time/update_s": t_upd.wall,
+        "time/iteration_s": t_roll.wall + t_credit.wall + t_upd.wall,
+        "cpu/rollout_s": t_roll.cpu,
+        "cpu/credit_s": t_credit.cpu,
+        "cpu/update_s": t_upd.cpu,
+        "time/generate_s": stats.generate_s,
+        "time/env_s": stats.env_s,
+        "mem/peak_rss_mb": peak_rss_mb(),
+    }
+    cuda_mb = peak_cuda_mb()
+    if cuda_mb is not None:
+        row["mem/peak_cuda_mb"] = cuda_mb
+    row.update({f"loss/{k}": v for k, v in upd.items()})
+    for k, v in res.diagnostics.items():
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            row[f"credit/{k}"] = float(v)
+    return row

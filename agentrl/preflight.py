@@ -1,0 +1,173 @@
+"""Checks of a typed training config against the world, before the model loads or an env starts.
+
+:func:`agentrl.config.load_config` checks types and ranges; :func:`preflight` checks what only the
+world can answer: the env id and its keyword arguments (one env is built in this process and
+dropped), its task splits, the model folder, the resume checkpoint, the device, the output
+folder, and the credit module's options and declared inputs. Each problem is one line naming its
+key (:class:`~agentrl.config.ConfigError`).
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+
+from . import credit
+from .config import ConfigError, TrainConfig
+from .credit.synthetic import random_batch
+from .iteration import credit_options
+
+__all__ = ["SUPPLIED_INPUTS", "preflight"]
+
+#: Optional step-batch inputs the trainer can supply to a credit module that declares them.
+SUPPLIED_INPUTS = frozenset({"value", "embedding", "observation", "next_state_key"})
+BUILTIN_MODELS = ("tiny", "smollm2-135m", "smollm2-135m-instruct")
+
+
+def preflight(cfg: TrainConfig, out: str | Path | None) -> None:
+    """Raise :class:`ConfigError` listing every problem found (each naming its key)."""
+    problems = _credit(cfg) + _env(cfg) + _model(cfg) + _resume(cfg) + _device(cfg) + _out(out)
+    if problems:
+        raise ConfigError("invalid config: " + "; ".join(problems))
+
+
+def _credit(cfg: TrainConfig) -> list[str]:
+    name = cfg.credit.name
+    if name not in credit.available():
+        return [
+            f"credit.name {name!r} is not a credit module (available: {', '.join(credit.available())})"
+        ]
+    valid = credit.options(name)
+    unknown = sorted(set(cfg.credit.options) - set(valid))
+    if unknown:
+        return [
+            f"credit.options.{k} is not an option of credit module {name!r} (valid: {', '.join(valid) or 'none'})"
+            for k in unknown
+        ]
+    try:
+        wanted = credit.needs(name, **cfg.credit.options)
+    except Exception as exc:  # noqa: BLE001 - a malformed option (e.g. compose terms) ends here
+        return [f"credit.options: {exc}"]
+    missing = sorted(wanted - SUPPLIED_INPUTS)
+    if missing:
+        return [
+            f"credit.name {name!r} with these options needs step-batch input(s) {', '.join(missing)}, "
+            f"which the trainer cannot supply (it supplies {', '.join(sorted(SUPPLIED_INPUTS))})"
+        ]
+    # A dry run on a small synthetic batch: the module's own option checks answer now, not after
+    # the first rollout.
+    try:
+        batch = random_batch(n_groups=2, group_size=4, max_len=6, embedding_dim=8, seed=0)
+        credit.compute(batch, name, **credit_options(cfg))
+    except Exception as exc:  # noqa: BLE001 - every rejected option ends the same way
+        msg = _line(exc)
+        named = re.search(r"option '(\w+)'", msg)
+        key = f"credit.options.{named.group(1)}" if named else "credit.options"
+        return [f"{key} ({name}): {msg}"]
+    return []
+
+
+def _env(cfg: TrainConfig) -> list[str]:
+    from . import envs
+
+    e = cfg.env
+    try:
+        env = envs.make(e.id, **dict(e.kwargs))
+    except Exception as exc:  # noqa: BLE001 - any failure to build the env is a config problem
+        return [_env_error(e.id, dict(e.kwargs), exc)]
+    problems = []
+    try:
+        try:
+            env.reset(seed=0)
+        except Exception as exc:  # noqa: BLE001 - kwargs some envs only check on reset
+            return [_env_error(e.id, dict(e.kwargs), exc)]
+        for key, split in (("env.eval_split", e.eval_split), ("env.train_tasks", e.train_tasks)):
+            if split is None or (key == "env.train_tasks" and split == "seeds"):
+                continue
+            try:
+                ids = env.task_ids(split, 1)
+            except Exception as exc:  # noqa: BLE001
+                problems.append(f"{key}={split!r}: {_line(exc)}")
+                continue
+            if not ids:
+                problems.append(f"{key}={split!r}: the split lists no tasks")
+    finally:
+        env.close()
+    return problems
+
+
+def _env_error(env_id: str, kwargs: dict, exc: Exception) -> str:
+    msg = _line(exc)
+    if isinstance(exc, TypeError) and "unexpected keyword argument" in msg:
+        bad = msg.split("unexpected keyword argument")[-1].strip(" '\"")
+        return f"env.kwargs.{bad} is not an option of {env_id} ({msg})"
+    if "not found" in msg.lower() or "unknown environment" in msg.lower():
+        return f"env.id={env_id!r}: {msg}"
+    return f"env.kwargs for {env_id} {kwargs}: {type(exc).__name__}: {msg}"
+
+
+def _model(cfg: TrainConfig) -> list[str]:
+    name = cfg.model.name
+    if name in BUILTIN_MODELS:
+        return []
+    path = Path(name).expanduser()
+    if not path.is_dir():
+        return [
+            f"model.name={name!r}: no such folder (give tiny, smollm2-135m or a local Hugging Face model folder)"
+        ]
+    if not (path / "config.json").is_file():
+        return [
+            f"model.name={name!r}: the folder has no config.json (not a Hugging Face model folder)"
+        ]
+    return []
+
+
+def _resume(cfg: TrainConfig) -> list[str]:
+    if not cfg.trainer.resume:
+        return []
+    from .checkpoint import CheckpointError, find_checkpoint
+
+    try:
+        find_checkpoint(cfg.trainer.resume)
+    except CheckpointError as exc:
+        return [str(exc)]
+    return []
+
+
+def _device(cfg: TrainConfig) -> list[str]:
+    dev = cfg.trainer.device
+    if dev.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            return [f"trainer.device={dev!r}: no CUDA device is available (use auto or cpu)"]
+        index = int(dev.split(":")[1]) if ":" in dev else 0
+        if index >= torch.cuda.device_count():
+            return [f"trainer.device={dev!r}: only {torch.cuda.device_count()} CUDA device(s)"]
+    if dev == "mps":
+        import torch
+
+        if not torch.backends.mps.is_available():
+            return ["trainer.device='mps': MPS is not available (use auto or cpu)"]
+    return []
+
+
+def _out(out: str | Path | None) -> list[str]:
+    if out is None:
+        return []
+    path = Path(out).expanduser().absolute()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        return [f"output_dir={str(out)!r}: {existing} is a file, not a folder"]
+    try:  # the nearest existing folder must take a file (os.access is not enough for root)
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as exc:
+        return [f"output_dir={str(out)!r} is not writable ({existing}: {exc.strerror or exc})"]
+    return []
+
+
+def _line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,223 @@
+"""The training recipe: ``python -m agentrl.train`` is :func:`train`, read top to bottom.
+
+:func:`build` sets up (model, learner, engine, env pool, episode runner, task lists); then
+:func:`train` runs the loop, each iteration:
+
+1. **rollout**: ``tasks_per_iter`` training tasks, each reset in ``group_size`` envs with the same
+   seed (a group starts from one state); only live envs are prompted; exact token ids and
+   sampling log-probs are kept;
+2. **step batch**: one row per agent step, plus what the credit module declares it needs
+   (critic values, hidden-state embeddings; :func:`agentrl.credit.needs`);
+3. **credit**: per-step advantages, ``credit.compute(batch, name, **options)``;
+4. **token advantages + PPO epochs**: each step's advantage lands on exactly its response tokens
+   (``credit.step_to_tokens``) inside the learner's PPO epochs; the engine gets the new weights;
+5. **log / evaluate / checkpoint**.
+
+Reproducibility: every random choice of iteration ``i`` is seeded from ``(seed, i)`` (tasks,
+sampling, mini-batch order), so a resumed run continues exactly as the uninterrupted run would
+(same machine; another CPU's floating-point order changes the trajectory).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+from . import credit
+from .backends import make_backend
+from .checkpoint import find_checkpoint, load_checkpoint, save_checkpoint, save_model
+from .config import TrainConfig
+from .evaluation import record_from_rollout, summarize
+from .iteration import credit_options, features, held_out_resets, train_resets, train_row
+from .learner import Learner, NonFiniteError
+from .learner.weights import policy_state_dict
+from .models import apply_lora, load_model
+from .pool import EnvSpec, make_pool
+from .rollout import ActionFormat, PromptBuilder, PromptConfig, RolloutStats, to_step_batch
+from .rollout.runner import EpisodeRunner, RunnerSettings, chunk_seed, eval_seed
+from .runlog import Progress, RunLog, Timer, write_outputs
+from .summary import RunSummary, summarize_run
+
+__all__ = ["Parts", "TrainingStopped", "build", "train"]
+
+
+class TrainingStopped(RuntimeError):
+    """Training stopped early (non-finite loss or advantages); the last good checkpoint is kept."""
+
+
+@dataclass
+class Parts:
+    """What a run is made of (built by :func:`build`; :func:`train` builds them when not given)."""
+
+    model: Any
+    tokenizer: Any
+    learner: Learner
+    backend: Any
+    runner: EpisodeRunner
+    options: dict[str, Any]  # the credit module's options
+    needs: frozenset[str]  # the step-batch inputs it declares
+    held_out: list  # the fixed held-out tasks (reset specs)
+    train_ids: list[str] | None  # the training split's task ids (None: tasks drawn by seed)
+
+
+def build(cfg: TrainConfig) -> Parts:
+    """Set up: model, learner, generation engine, env pool, episode runner, task lists."""
+    t, r, e, m = cfg.trainer, cfg.rollout, cfg.env, cfg.model
+    if t.num_threads is not None:
+        torch.set_num_threads(t.num_threads)
+    torch.manual_seed(cfg.seed)
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if t.device == "auto" else t.device
+    tiny = asdict(m.tiny) if m.tiny is not None and m.name == "tiny" else None
+    model, tok, model_path = load_model(m.name, tiny=tiny, dtype=m.dtype, device=device)
+    if m.gradient_checkpointing:  # activations recomputed in the backward pass: less memory
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if m.lora.enabled:
+        lo = m.lora
+        model = apply_lora(model, r=lo.r, alpha=lo.alpha, dropout=lo.dropout,
+                           target_modules=lo.target_modules)  # fmt: skip
+    options = credit_options(cfg)
+    needs = credit.needs(cfg.credit.name, **options)
+    learner = Learner(model, t, tok.pad_token_id, value_head="value" in needs,
+                      temperature=r.temperature)  # fmt: skip
+    backend = make_backend(asdict(r), model, tok, model_path=model_path, seed=cfg.seed)
+    pool = make_pool([EnvSpec(e.id, dict(e.kwargs))] * (r.tasks_per_iter * r.group_size),
+                     backend=e.backend, num_workers=e.num_workers, step_timeout=e.step_timeout,
+                     ray_address=e.ray.address, envs_per_actor=e.ray.envs_per_actor,
+                     actor_num_cpus=e.ray.num_cpus)  # fmt: skip
+    runner = EpisodeRunner(
+        pool,
+        backend,
+        PromptBuilder(tok, PromptConfig(**asdict(r.prompt))),
+        ActionFormat(**asdict(r.action)),
+        tok,
+        RunnerSettings(e.max_steps, r.max_new_tokens, r.top_p, r.top_k, r.constrained),
+    )
+    held_out = held_out_resets(cfg, pool)
+    train_ids = (
+        None if e.train_tasks == "seeds" else pool.call([0], "task_ids", e.train_tasks, None)[0]
+    )
+    return Parts(model, tok, learner, backend, runner, options, needs, held_out, train_ids)
+
+
+def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary:
+    """Train the policy ``cfg`` describes; write everything under ``out``; return the summary."""
+    t, r, e = cfg.trainer, cfg.rollout, cfg.env
+    out.mkdir(parents=True, exist_ok=True)
+    owned, p = parts is None, parts or build(cfg)
+    model, tok, learner, backend, runner = p.model, p.tokenizer, p.learner, p.backend, p.runner
+    options, needs, held_out, train_ids = p.options, p.needs, p.held_out, p.train_ids
+
+    def evaluate(label: str):
+        """Greedy (``rollout.eval_temperature``) episodes on the fixed held-out tasks."""
+        eps = runner.play(held_out, temperature=r.eval_temperature, seed=eval_seed(cfg.seed))
+        records = [record_from_rollout(ep, e.id) for ep in eps]
+        meta = {"label": label, "split": e.eval_split, "greedy": r.eval_temperature == 0}
+        report = summarize(records, meta=meta)
+        return report, report.metrics("eval")
+
+    # -- resume -----------------------------------------------------------------------------------
+    history, initial, start = [], None, 0
+    if t.resume:
+        state = load_checkpoint(find_checkpoint(t.resume))
+        learner.load_state_dict(state["learner"])
+        start, history, initial = (
+            int(state["iteration"]),
+            list(state["history"]),
+            state.get("initial_eval"),
+        )
+        print(f"resumed from {t.resume} at iteration {start}")
+    OmegaConf.save(OmegaConf.structured(cfg), out / "config.yaml")
+    log = RunLog(out, history, t.tensorboard)
+    progress = Progress(t.progress, t.iterations, start)
+
+    def checkpoint(n: int) -> Path:
+        state = {"learner": learner.state_dict(), "history": history, "initial_eval": initial,
+                 "config": OmegaConf.to_container(OmegaConf.structured(cfg))}  # fmt: skip
+        return save_checkpoint(out, n, state, keep=t.keep_checkpoints)
+
+    try:
+        if initial is None and t.eval_initial:
+            with Timer() as tm:
+                report, em = evaluate("initial")
+            o = report.overall
+            initial = {"success_rate": o.success_rate, "ci": [o.success_ci_low, o.success_ci_high],
+                       "episodes": o.episodes, "report": report.to_dict()}  # fmt: skip
+            log({"iteration": 0, "step": 0, "phase": "eval_initial", "time/eval_s": tm.wall, **em})
+            progress.note(f"initial greedy success {o.success_rate:.1%}")
+        # -- the loop ----------------------------------------------------------------------------
+        for it in range(start, t.iterations):
+            stats = RolloutStats()
+            with Timer() as t_roll:  # 1. rollout
+                resets = train_resets(cfg, it, train_ids)
+                eps = runner.play(resets, temperature=r.temperature, seed=chunk_seed(cfg.seed, it, 2),
+                                  stats=stats)  # fmt: skip
+            with Timer() as t_credit:  # 2. step batch (+ declared inputs)  3. credit
+                values, embeddings = features(
+                    learner, model, eps, needs, cfg.credit.embedding_layer
+                )
+                batch, seqs = to_step_batch(eps, values=values, embeddings=embeddings)
+                try:
+                    res = credit.compute(batch, cfg.credit.name, **options)
+                except FloatingPointError as exc:
+                    raise TrainingStopped(f"iteration {it}: {exc}") from exc
+                returns = res.components.get("returns") if values is not None else None
+                if values is not None and returns is None:
+                    returns = res.advantages.astype(np.float64) + values
+            with Timer() as t_upd:  # 4. token advantages + PPO epochs, then the engine's weights
+                try:
+                    upd = learner.update(seqs, res.advantages, returns=returns, old_values=values,
+                                         seed=chunk_seed(cfg.seed, it, 3))  # fmt: skip
+                except NonFiniteError as exc:
+                    raise TrainingStopped(f"iteration {it}: {exc}") from exc
+                if r.backend != "hf":  # the hf engine samples from the learner's own model
+                    backend.update_weights(policy_state_dict(model))
+            row = train_row(it, eps, seqs, stats, res, upd, t_roll, t_credit, t_upd)  # 5. log
+            log(row)
+            progress.update(it + 1, row)
+            if t.eval_every and (it + 1) % t.eval_every == 0 and it + 1 < t.iterations:
+                with Timer() as tm:
+                    _, em = evaluate(f"iter{it + 1}")
+                log(
+                    {
+                        "iteration": it + 1,
+                        "step": it + 1,
+                        "phase": "eval",
+                        "time/eval_s": tm.wall,
+                        **em,
+                    }
+                )
+                progress.note(f"eval success {em['eval/success_rate']:.1%}")
+            if t.checkpoint_every and (it + 1) % t.checkpoint_every == 0:
+                checkpoint(it + 1)
+        # -- the end: last checkpoint, final model, final evaluation, summary --------------------
+        progress.close()
+        n = t.iterations
+        if not t.checkpoint_every or n % t.checkpoint_every != 0:
+            checkpoint(n)
+        final_dir = save_model(out, model, tok)
+        with Timer() as tm:
+            report, em = evaluate("final")
+        log({"iteration": n, "step": n, "phase": "eval_final", "time/eval_s": tm.wall, **em})
+        summary = summarize_run(cfg, report, initial, history, final_dir)
+        scalars = {
+            k: v for k, v in summary.flat().items() if isinstance(v, int | float | bool | str)
+        }
+        log({"iteration": n, "step": n, "phase": "summary", **scalars})
+    except TrainingStopped as exc:
+        progress.close()
+        log({"phase": "stopped", "reason": str(exc)})
+        print(f"training stopped: {exc}. The last good checkpoint is kept in {out / 'checkpoints'}.",
+              file=sys.stderr)  # fmt: skip
+        raise
+    finally:
+        log.close()
+        if owned:
+            runner.close()
+    write_outputs(out, summary, report, initial, history, t.plot)
+    return summary

@@ -1,0 +1,146 @@
+"""Where a run's numbers go: ``metrics.jsonl``, TensorBoard, the progress bar, and the end outputs.
+
+:class:`RunLog` appends one JSON row per event (training iteration, evaluation, summary) to
+``<run>/metrics.jsonl``, mirrors the finite numbers to TensorBoard, and keeps the history a
+checkpoint stores. :func:`write_outputs` writes ``summary.json``, ``summary.md``, the printed
+summary and the training curve.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .summary import RunSummary, plot_curves, to_markdown, to_rich
+
+__all__ = ["Progress", "RunLog", "Timer", "write_outputs"]
+
+
+@dataclass
+class Timer:
+    """Wall and CPU seconds of a ``with`` block."""
+
+    wall: float = 0.0
+    cpu: float = 0.0
+
+    def __enter__(self) -> Timer:
+        self._w, self._c = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.wall = time.perf_counter() - self._w
+        self.cpu = time.process_time() - self._c
+
+
+class RunLog:
+    """Append-only metrics rows (``metrics.jsonl`` + TensorBoard); ``history`` holds them all."""
+
+    def __init__(self, out: Path, history: list[dict], tensorboard: bool):
+        self.history = history
+        self._file = open(out / "metrics.jsonl", "w")  # noqa: SIM115 (closed in close())
+        for row in history:  # a resumed run rewrites what came before
+            self._file.write(json.dumps(row) + "\n")
+        self._writer = _tensorboard(out) if tensorboard else None
+
+    def __call__(self, row: dict[str, Any]) -> None:
+        self.history.append(row)
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+        if self._writer is not None:
+            for k, v in row.items():
+                if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+                    self._writer.add_scalar(k, v, row["iteration"])
+
+    def close(self) -> None:
+        self._file.close()
+        if self._writer is not None:
+            self._writer.close()
+
+
+def _tensorboard(out: Path):
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        print("warning: tensorboard is not installed; no events are written", file=sys.stderr)
+        return None
+    return SummaryWriter(str(out / "tb"))
+
+
+class Progress:
+    """A rich progress bar with the live training success rate (silent when disabled)."""
+
+    def __init__(self, enabled: bool, total: int, start: int):
+        self._p = None
+        if enabled:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+            from rich.progress import Progress as Bar
+
+            self._p = Bar(
+                TextColumn("[bold]train"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[info]}"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+            )
+            self._p.start()
+            self._task = self._p.add_task("train", total=total, completed=start, info="")
+
+    def update(self, done: int, row: dict) -> None:
+        if self._p is not None:
+            info = (
+                f"success {row['train/success_rate']:.0%}  return {row['train/mean_return']:+.2f}  "
+                f"{row['time/iteration_s']:.1f}s/it (rollout {row['time/rollout_s']:.1f} "
+                f"credit {row['time/credit_s']:.2f} update {row['time/update_s']:.1f})"
+            )
+            self._p.update(self._task, completed=done, info=info)
+
+    def note(self, text: str) -> None:
+        if self._p is not None:
+            self._p.console.print(text)
+        else:
+            print(text)
+
+    def close(self) -> None:
+        if self._p is not None:
+            self._p.stop()
+            self._p = None
+
+
+def write_outputs(
+    out: Path,
+    summary: RunSummary,
+    report: Any,
+    initial: dict | None,
+    history: list[dict],
+    plot: bool,
+) -> None:
+    """summary.json, summary.md, the printed summary, and (optionally) training_curve.png."""
+    record = {"summary": summary.flat(), "final_eval": report.to_dict(), "initial_eval": initial}
+    (out / "summary.json").write_text(json.dumps(record, indent=1, default=str))
+    (out / "summary.md").write_text(to_markdown(summary) + "\n\n" + report.table("markdown") + "\n")
+    try:
+        from rich.console import Console
+    except ImportError:
+        print(to_markdown(summary))
+    else:
+        console = Console()
+        console.print(to_rich(summary))
+        report.print(console)
+    if plot:
+        try:
+            plot_curves(history, out / "training_curve.png", summary)
+        except Exception as exc:  # noqa: BLE001 - a plotting problem must not lose a finished run
+            print(f"warning: could not draw the training curve: {exc}", file=sys.stderr)
+    print(f"outputs: {out}")

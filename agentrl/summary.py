@@ -1,0 +1,199 @@
+"""A training run's summary: one model (:class:`RunSummary`), two thin views, one curve.
+
+The summary compares the final policy's held-out success with the initial policy's on the same
+tasks, with 95 % Wilson intervals, and says only what the two intervals support: the change in
+points and whether the intervals are disjoint (disjoint 95 % intervals: the difference is
+significant; overlapping intervals: this comparison cannot tell). No hidden threshold.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["RunSummary", "plot_curves", "summarize_run", "to_markdown", "to_rich"]
+
+
+@dataclass(frozen=True)
+class Rate:
+    rate: float
+    low: float
+    high: float
+
+    def __str__(self) -> str:
+        return f"{100 * self.rate:.1f} % [{100 * self.low:.1f}, {100 * self.high:.1f}]"
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    env: str
+    credit: str
+    model: str
+    iterations: int
+    eval_episodes: int
+    final: Rate
+    final_model: str
+    initial: Rate | None = None
+    mean_iteration_s: float | None = None
+    mean_iteration_cpu_s: float | None = None
+    mean_rollout_s: float | None = None
+    mean_credit_s: float | None = None
+    mean_update_s: float | None = None
+    peak_rss_mb: float = 0.0
+    peak_cuda_mb: float | None = None
+
+    @property
+    def improvement_points(self) -> float | None:
+        return None if self.initial is None else 100.0 * (self.final.rate - self.initial.rate)
+
+    @property
+    def intervals_disjoint(self) -> bool | None:
+        if self.initial is None:
+            return None
+        return self.final.low > self.initial.high or self.final.high < self.initial.low
+
+    def verdict(self) -> str | None:
+        """The change, and what the intervals say about it."""
+        if self.initial is None:
+            return None
+        pts = self.improvement_points
+        if self.intervals_disjoint:
+            word = "better" if pts > 0 else "worse"
+            return f"{pts:+.1f} points; 95 % intervals disjoint: the final policy is {word}"
+        return f"{pts:+.1f} points; 95 % intervals overlap: not a significant difference"
+
+    def flat(self) -> dict[str, Any]:
+        """Flat scalars for metrics.jsonl and summary.json."""
+        d = {k: v for k, v in asdict(self).items() if not isinstance(v, dict)}
+        d.update(final_success_rate=self.final.rate, final_ci_low=self.final.low)
+        d.update(final_ci_high=self.final.high)
+        if self.initial is not None:
+            d.update(initial_success_rate=self.initial.rate, initial_ci_low=self.initial.low)
+            d.update(initial_ci_high=self.initial.high)
+            d.update(improvement_points=self.improvement_points)
+            d.update(intervals_disjoint=self.intervals_disjoint, verdict=self.verdict())
+        return {k: v for k, v in d.items() if v is not None}
+
+
+def summarize_run(
+    cfg: Any, report: Any, initial: dict | None, history: list[dict], final_dir: Path
+) -> RunSummary:
+    o = report.overall
+    train = [r for r in history if r.get("phase") == "train"]
+
+    def mean(key: str) -> float | None:
+        return float(np.mean([r[key] for r in train])) if train else None
+
+    cpu = [r["cpu/rollout_s"] + r["cpu/credit_s"] + r["cpu/update_s"] for r in train]
+    return RunSummary(
+        env=str(cfg.env.id),
+        credit=str(cfg.credit.name),
+        model=str(cfg.model.name),
+        iterations=int(cfg.trainer.iterations),
+        eval_episodes=int(o.episodes),
+        final=Rate(o.success_rate, o.success_ci_low, o.success_ci_high),
+        final_model=str(final_dir),
+        initial=None if initial is None else Rate(initial["success_rate"], *initial["ci"]),
+        mean_iteration_s=mean("time/iteration_s"),
+        mean_iteration_cpu_s=float(np.mean(cpu)) if cpu else None,
+        mean_rollout_s=mean("time/rollout_s"),
+        mean_credit_s=mean("time/credit_s"),
+        mean_update_s=mean("time/update_s"),
+        peak_rss_mb=peak_rss_mb(),
+        peak_cuda_mb=peak_cuda_mb(),
+    )
+
+
+def _rows(s: RunSummary) -> list[tuple[str, str]]:
+    rows = [] if s.initial is None else [("initial policy", str(s.initial))]
+    rows.append(("final policy", str(s.final)))
+    if s.initial is not None:
+        rows.append(("change", s.verdict()))
+    rows.append(
+        (
+            "episodes",
+            f"{s.eval_episodes} ({s.env}, credit={s.credit}, model={s.model}, {s.iterations} iterations)",
+        )
+    )
+    if s.mean_iteration_s is not None:
+        rows.append(
+            (
+                "time per iteration",
+                f"{s.mean_iteration_s:.2f} s wall ({s.mean_iteration_cpu_s:.2f} s CPU): rollout "
+                f"{s.mean_rollout_s:.2f}, credit {s.mean_credit_s:.3f}, update {s.mean_update_s:.2f}",
+            )
+        )
+    cuda = f", {s.peak_cuda_mb:.0f} MiB CUDA" if s.peak_cuda_mb is not None else ""
+    rows.append(("peak memory", f"{s.peak_rss_mb:.0f} MiB resident{cuda}"))
+    return rows
+
+
+HEADER = "greedy success on the held-out set (95 % Wilson CI)"
+
+
+def to_markdown(s: RunSummary) -> str:
+    lines = [f"| | {HEADER} |", "|---|---|"]
+    return "\n".join(lines + [f"| {k} | {v} |" for k, v in _rows(s)])
+
+
+def to_rich(s: RunSummary):
+    from rich.table import Table
+
+    table = Table(title="agentrl training summary")
+    table.add_column("")
+    table.add_column(HEADER)
+    for k, v in _rows(s):
+        table.add_row(k, v)
+    return table
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process (MiB; Linux reports KiB, macOS bytes)."""
+    import resource
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return float(rss) / (2**20 if sys.platform == "darwin" else 1024.0)
+
+
+def peak_cuda_mb() -> float | None:
+    import torch
+
+    return float(torch.cuda.max_memory_allocated()) / 2**20 if torch.cuda.is_available() else None
+
+
+def plot_curves(history: list[dict], path: Path, s: RunSummary) -> None:
+    """Training success (raw and moving mean) and held-out evaluations with their intervals."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train = [r for r in history if r.get("phase") == "train"]
+    evals = [r for r in history if str(r.get("phase", "")).startswith("eval")]
+    evals = [r for r in evals if "eval/success_rate" in r]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if train:
+        x = [r["iteration"] for r in train]
+        y = [r["train/success_rate"] for r in train]
+        ax.plot(x, y, lw=0.8, alpha=0.5, label="training rollouts (sampled)")
+        k = max(1, len(y) // 20)
+        ax.plot(x[k - 1 :], np.convolve(y, np.ones(k) / k, mode="valid"), lw=1.5,
+                label=f"training, moving mean of {k}")  # fmt: skip
+    if evals:
+        x = [r["iteration"] for r in evals]
+        y = np.array([r["eval/success_rate"] for r in evals])
+        lo = np.array([r["eval/success_ci_low"] for r in evals])
+        hi = np.array([r["eval/success_ci_high"] for r in evals])
+        ax.errorbar(x, y, yerr=[y - lo, hi - y], fmt="o-", capsize=3,
+                    label="held-out greedy (95 % CI)")  # fmt: skip
+    ax.set(xlabel="iteration", ylabel="success rate", ylim=(0, 1))
+    ax.set_title(f"{s.env} · credit={s.credit} · model={s.model}")
+    ax.legend(loc="upper left", fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
