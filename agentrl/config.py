@@ -139,8 +139,10 @@ class EnvConfig:
     eval_seed_base: int | None = opt(
         None, "first evaluation seed when eval_split is null", optional(num(0))
     )
-    eval_episodes: int = opt(
-        200, "size of the fixed held-out set (the first eval_episodes tasks of the split)", num(1)
+    eval_episodes: int | None = opt(
+        200,
+        "size of the fixed held-out set (the first eval_episodes tasks of the split; null: all of it)",
+        optional(num(1)),
     )
     max_steps: int = opt(
         10, "the rollout loop's step cap per episode (the env may end episodes sooner)", num(1)
@@ -167,6 +169,11 @@ class EnvConfig:
     def cross_checks(self) -> Iterator[tuple[str, str]]:
         if self.eval_split is None and self.eval_seed_base is None:
             yield "eval_seed_base", "is needed when env.eval_split is null"
+        if self.eval_split is None and self.eval_episodes is None:
+            yield (
+                "eval_episodes",
+                "must be a number when env.eval_split is null (no split to take whole)",
+            )
 
 
 @dataclass
