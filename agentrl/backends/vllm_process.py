@@ -78,7 +78,8 @@ def guard_llvmlite_for_kernel_scan() -> None:
     on every attribute of every loaded module that has a ``__dict__``. llvmlite's ``ffi.lib``
     answers *any* attribute, ``__dict__`` included, with a C-function wrapper, so the scan raises
     ``AttributeError: '_lib_fn_wrapper' object has no attribute 'get'`` whenever numba was imported
-    before the engine starts in-process (bm25s imports it, so WebShop + ``rollout=vllm`` hit it).
+    before the engine starts in-process (any user package that imports numba hits it; WebShop's
+    search used to, through bm25s).
     Giving ``ffi.lib`` a real (empty) ``__dict__`` entry in its function table makes it answer the
     scan with a dict; llvmlite never looks up a C function of that name.
     """
