@@ -35,7 +35,7 @@ from transformers import AutoTokenizer
 
 from ..backends import make_backend
 from ..models import load_model, resolve_model_path
-from ..pool import EnvPool, EnvSpec
+from ..pool import EnvSpec, make_pool
 from ..rollout import ActionFormat, PromptBuilder, PromptConfig
 from ..rollout.runner import EpisodeRunner, RunnerSettings, eval_seed
 from .records import EpisodeRecord, record_from_rollout
@@ -233,8 +233,10 @@ class ModelAgent:
         max_steps: int | None = None,
         step_timeout: float | None = None,
         progress: bool = False,
+        pool_options: Mapping[str, Any] | None = None,
     ) -> list[EpisodeRecord]:
-        """Play every task once, ``num_envs`` at a time; records in task order."""
+        """Play every task once, ``num_envs`` at a time; records in task order. ``pool_options``
+        go to :func:`agentrl.pool.make_pool` (``backend="ray"`` and its actor settings)."""
         if max_steps is None or max_steps < 1:
             raise ValueError(f"agent=model needs a step cap (max_steps >= 1), got {max_steps}")
         if num_envs < 1:
@@ -244,10 +246,11 @@ class ModelAgent:
             return []
         s = self.settings
         n = min(num_envs, len(tasks))
-        pool = EnvPool(
+        pool = make_pool(
             [EnvSpec(env, dict(env_kwargs or {}))] * n,
             num_workers=min(num_workers, n),
             step_timeout=step_timeout,
+            **dict(pool_options or {}),
         )
         runner = EpisodeRunner(
             pool,

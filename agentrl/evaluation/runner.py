@@ -16,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..pool import EnvPool, EnvSpec
+from ..pool import EnvPool, EnvSpec, make_pool
 from .records import EpisodeRecord
 from .tasks import EvalTask
 
@@ -129,6 +129,7 @@ def play_tasks(
     mp_context: str = "forkserver",
     progress: bool = False,
     on_episode: Callable[[EpisodeRecord], None] | None = None,
+    pool_options: Mapping[str, Any] | None = None,
 ) -> list[EpisodeRecord]:
     """Play every task once; returns one :class:`EpisodeRecord` per task, in task order.
 
@@ -153,11 +154,12 @@ def play_tasks(
         return []
     spec = env_fn if env_fn is not None else EnvSpec(env, dict(env_kwargs or {}))
     bar, bar_task = _progress(len(tasks), progress, f"{agent.name} on {env}")
-    pool = EnvPool(
+    pool = make_pool(
         [spec] * n_slots,
         num_workers=min(num_workers, n_slots),
         mp_context=mp_context,
         step_timeout=step_timeout,
+        **dict(pool_options or {}),
     )
     live: dict[int, Episode] = {}
     queue = iter(tasks)
