@@ -13,7 +13,7 @@ distribution. Nothing is re-tokenised.
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,8 +122,16 @@ def run_episodes(
     constrained: bool = False,
     traj_offset: int = 0,
     stats: RolloutStats | None = None,
+    step_sync: Callable[[int], tuple[int, bool]] | None = None,
 ) -> list[EpisodeResult]:
-    """Play ``len(resets)`` episodes on envs ``0..len(resets)-1`` of ``pool``."""
+    """Play ``len(resets)`` episodes on envs ``0..len(resets)-1`` of ``pool``.
+
+    ``step_sync`` (data-parallel runs, ``agentrl.data_parallel.lockstep``): called once per step
+    with this process's live episode count, it returns the number of live episodes that come
+    before them in the global list and whether any is live anywhere; the requests are numbered
+    from there (``SamplingParams.request_ids``), so each episode samples exactly as it would in
+    one process playing the whole list, and the loop runs until no episode is live anywhere.
+    """
     n = len(resets)
     if n > len(pool):
         raise ValueError(f"{n} episodes for a pool of {len(pool)} envs")
@@ -156,7 +164,14 @@ def run_episodes(
     live = list(range(n))
     base_seed = sampling.seed
     for t in range(max_steps):
-        if not live:
+        first_id = 0
+        if step_sync is not None:
+            first_id, anywhere = step_sync(len(live))
+            if not anywhere:
+                break
+            if not live:
+                continue
+        elif not live:
             break
         t0 = time.perf_counter()
         overflow_before = builder.overflows
@@ -185,6 +200,13 @@ def run_episodes(
                 **{**sampling.__dict__, "seed": (int(base_seed) * 1_000_003 + t) & 0x7FFFFFFF}
             )
         )
+        if step_sync is not None:
+            step_sampling = SamplingParams(
+                **{
+                    **step_sampling.__dict__,
+                    "request_ids": tuple(range(first_id, first_id + len(live))),
+                }
+            )
         gens = backend.generate(prompts, step_sampling, allowed)
         t2 = time.perf_counter()
         stats.engine_calls += 1
@@ -209,7 +231,9 @@ def run_episodes(
             if not live:
                 stats.prompt_s += t1 - t0
                 stats.generate_s += t2 - t1
-                break
+                if step_sync is None:
+                    break
+                continue
         actions, parsed = [], []
         for j, g in enumerate(gens):
             text = tokenizer.decode(g.token_ids, skip_special_tokens=True)
