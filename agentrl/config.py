@@ -320,6 +320,20 @@ class RolloutConfig:
         "${model.constrained}",
         "restrict decoding to the admissible actions (when the env lists them)",
     )
+    dynamic_sampling: bool = opt(
+        False,
+        "drop task groups whose rollouts all got the same return and draw new ones (DAPO/GiGPO filter)",
+    )
+    max_extra_rollouts: int | None = opt(
+        None,
+        "dynamic sampling: extra rollouts an iteration may draw (null: tasks_per_iter * group_size)",
+        optional(num(0)),
+    )
+    when_short: str = opt(
+        "pad",
+        "dynamic sampling, budget spent: pad with dropped groups (fixed batch) or keep the batch short",
+        one_of("pad", "keep"),
+    )
     max_batch_size: int = opt(256, "hf: requests per forward pass", num(1))
     max_batch_tokens: int | None = opt(
         32768, "hf: padded tokens per forward pass (null: no cap)", optional(num(1))

@@ -34,7 +34,7 @@ from .backends import make_backend
 from .checkpoint import find_checkpoint, load_checkpoint, save_checkpoint, save_model
 from .config import TrainConfig
 from .evaluation import record_from_rollout, summarize
-from .iteration import credit_options, features, held_out_resets, train_resets, train_row
+from .iteration import credit_options, features, held_out_resets, play_iteration, train_row
 from .learner import Learner, NonFiniteError
 from .learner.weights import policy_state_dict
 from .models import apply_lora, load_model
@@ -153,10 +153,8 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
         # -- the loop ----------------------------------------------------------------------------
         for it in range(start, t.iterations):
             stats = RolloutStats()
-            with Timer() as t_roll:  # 1. rollout
-                resets = train_resets(cfg, it, train_ids)
-                eps = runner.play(resets, temperature=r.temperature, seed=chunk_seed(cfg.seed, it, 2),
-                                  stats=stats)  # fmt: skip
+            with Timer() as t_roll:  # 1. rollout (+ dynamic sampling's extra groups)
+                eps, roll_metrics = play_iteration(cfg, it, train_ids, runner, stats)
             with Timer() as t_credit:  # 2. step batch (+ declared inputs)  3. credit
                 values, embeddings = features(
                     learner, model, eps, needs, cfg.credit.embedding_layer
@@ -177,7 +175,8 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
                     raise TrainingStopped(f"iteration {it}: {exc}") from exc
                 if r.backend != "hf":  # the hf engine samples from the learner's own model
                     backend.update_weights(policy_state_dict(model))
-            row = train_row(it, eps, seqs, stats, res, upd, t_roll, t_credit, t_upd)  # 5. log
+            row = train_row(it, eps, seqs, stats, res, upd, t_roll, t_credit, t_upd,
+                            roll_metrics)  # 5. log  # fmt: skip
             log(row)
             progress.update(it + 1, row)
             if t.eval_every and (it + 1) % t.eval_every == 0 and it + 1 < t.iterations:
