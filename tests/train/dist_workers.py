@@ -184,6 +184,12 @@ def ranks_main(tiny_path: str, out: str) -> None:
     res["resumed"] = {"params": full_params(learner), "meta": meta, "updates": learner.updates}
     run_update(learner, tok, rk, world, seed=1)
     res["resumed_next"] = full_params(learner)
+    # 1 -> 2 from a one-process Learner.state_dict() (the recipe's torch.save checkpoints)
+    learner, tok = make_learner(tiny_path, "full", sharded=True)
+    learner.load_state_dict(torch.load(Path(out) / "plain.pt", weights_only=False))
+    res["plain"] = {"params": full_params(learner), "updates": learner.updates}
+    run_update(learner, tok, rk, world, seed=1)
+    res["plain_next"] = full_params(learner)
     if rk == 0:
         torch.save(res, Path(out) / "ranks.pt")
 

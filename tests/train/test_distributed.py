@@ -114,6 +114,7 @@ def two_ranks(tiny_path, tmp_path_factory):
         single[name] = {"params": W.full_params(learner), "metrics": metrics}
         if name == "full":
             checkpoint.save_learner(learner, out / "ckpt1", {"iteration": 1, "history": [1.5]})
+            torch.save(learner.state_dict(), out / "plain.pt")
             W.run_update(learner, tok, 0, 1, seed=1)
             single["full_next"] = W.full_params(learner)
     t0 = time.monotonic()
@@ -164,6 +165,14 @@ def test_resume_one_process_checkpoint_on_two_ranks(two_ranks):
     _close(single["full"]["params"], ranks["resumed"]["params"], "1->2 loaded")
     # the optimiser state came along: one more update matches the uninterrupted process
     _close(single["full_next"], ranks["resumed_next"], "1->2 next update")
+
+
+def test_resume_one_process_state_dict_on_two_ranks(two_ranks):
+    """The recipe's one-process checkpoint (Learner.state_dict) loads into the shards."""
+    single, ranks, _, _ = two_ranks
+    assert ranks["plain"]["updates"] == 1
+    _close(single["full"]["params"], ranks["plain"]["params"], "plain 1->2 loaded")
+    _close(single["full_next"], ranks["plain_next"], "plain 1->2 next update")
 
 
 def test_resume_two_rank_checkpoint_in_one_process(tiny_path, two_ranks):
