@@ -189,6 +189,19 @@ class CreditConfig:
         -8,
         "hidden-state layer recorded per step for modules that need embeddings (clamped to the model's depth)",
     )
+    token: str | None = opt(
+        None,
+        "token shaper reshaping each step's advantage over its tokens (null: broadcast; ucas, less, progress, stepopsd)",
+        optional(one_of("ucas", "less", "progress", "stepopsd")),
+    )
+    token_options: dict[str, Any] = opt(
+        help="the token shaper's keyword options (agentrl.credit.token_shapers.options(name))",
+        factory=dict,
+    )
+
+    def cross_checks(self) -> Iterator[tuple[str, str]]:
+        if self.token_options and self.token is None:
+            yield "token_options", "are set but credit.token is null"
 
 
 @dataclass

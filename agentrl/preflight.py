@@ -55,6 +55,20 @@ def _credit(cfg: TrainConfig) -> list[str]:
             f"credit.name {name!r} with these options needs step-batch input(s) {', '.join(missing)}, "
             f"which the trainer cannot supply (it supplies {', '.join(sorted(SUPPLIED_INPUTS))})"
         ]
+    if cfg.credit.token is not None:
+        from .credit import token_shapers
+
+        if name == "hiper":
+            return ["credit.token: HiPER routes its three advantages to spans; a token shaper "
+                    "cannot reshape them (set credit.token=null)"]  # fmt: skip
+        valid_t = token_shapers.options(cfg.credit.token)
+        bad = sorted(set(cfg.credit.token_options) - set(valid_t))
+        if bad:
+            return [
+                f"credit.token_options.{k} is not an option of token shaper {cfg.credit.token!r} "
+                f"(valid: {', '.join(valid_t)})"
+                for k in bad
+            ]
     # A dry run on a small synthetic batch: the module's own option checks answer now, not after
     # the first rollout.
     try:

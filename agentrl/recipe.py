@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from omegaconf import OmegaConf
 
@@ -35,7 +34,7 @@ from .checkpoint import find_checkpoint, load_checkpoint, save_checkpoint, save_
 from .config import TrainConfig
 from .evaluation import record_from_rollout, summarize
 from .iteration import credit_options, features, held_out_resets, play_iteration, train_row
-from .learner import Learner, NonFiniteError
+from .learner import Learner
 from .learner.weights import policy_state_dict
 from .models import apply_lora, load_model
 from .pool import EnvSpec, make_pool
@@ -43,6 +42,7 @@ from .rollout import ActionFormat, PromptBuilder, PromptConfig, RolloutStats, to
 from .rollout.runner import EpisodeRunner, RunnerSettings, chunk_seed, eval_seed
 from .runlog import Progress, RunLog, Timer, write_outputs
 from .summary import RunSummary, summarize_run
+from .token_credit import update_inputs
 
 __all__ = ["Parts", "TrainingStopped", "build", "train"]
 
@@ -84,7 +84,8 @@ def build(cfg: TrainConfig) -> Parts:
     options = credit_options(cfg)
     needs = credit.needs(cfg.credit.name, **options)
     learner = Learner(model, t, tok.pad_token_id, value_head="value" in needs,
-                      temperature=r.temperature)  # fmt: skip
+                      temperature=r.temperature, value_outputs=3 if "value_high" in needs else 1,
+                      keep_reference=cfg.credit.token == "progress")  # fmt: skip
     backend = make_backend(asdict(r), model, tok, model_path=model_path, seed=cfg.seed)
     pool = make_pool([EnvSpec(e.id, dict(e.kwargs))] * (r.tasks_per_iter * r.group_size),
                      backend=e.backend, num_workers=e.num_workers, step_timeout=e.step_timeout,
@@ -164,19 +165,17 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
                     res = credit.compute(batch, cfg.credit.name, **options)
                 except FloatingPointError as exc:
                     raise TrainingStopped(f"iteration {it}: {exc}") from exc
-                returns = res.components.get("returns") if values is not None else None
-                if values is not None and returns is None:
-                    returns = res.advantages.astype(np.float64) + values
             with Timer() as t_upd:  # 4. token advantages + PPO epochs, then the engine's weights
-                try:
-                    upd = learner.update(seqs, res.advantages, returns=returns, old_values=values,
-                                         seed=chunk_seed(cfg.seed, it, 3))  # fmt: skip
-                except NonFiniteError as exc:
+                try:  # value targets; token shaper (credit.token) advantages
+                    kw, tok_metrics = update_inputs(cfg, learner, tok, eps, batch, seqs, res)
+                    upd = learner.update(seqs, res.advantages, seed=chunk_seed(cfg.seed, it, 3),
+                                         **kw)  # fmt: skip
+                except FloatingPointError as exc:  # NonFiniteError included
                     raise TrainingStopped(f"iteration {it}: {exc}") from exc
                 if r.backend != "hf":  # the hf engine samples from the learner's own model
                     backend.update_weights(policy_state_dict(model))
             row = train_row(it, eps, seqs, stats, res, upd, t_roll, t_credit, t_upd,
-                            roll_metrics)  # 5. log  # fmt: skip
+                            {**roll_metrics, **tok_metrics})  # 5. log  # fmt: skip
             log(row)
             progress.update(it + 1, row)
             if t.eval_every and (it + 1) % t.eval_every == 0 and it + 1 < t.iterations:
