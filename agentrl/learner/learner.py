@@ -30,6 +30,7 @@ from agentrl.credit import step_to_tokens
 from ..config import LearnerConfig
 from .forward import response_forward
 from .losses import aggregate, kl_penalty, normaliser, ppo_clip_loss, value_loss
+from .schedule import LRSchedule
 from .sequences import Collated, StepSequence, collate
 
 __all__ = ["Learner", "LearnerConfig", "NonFiniteError", "token_advantages"]
@@ -74,9 +75,12 @@ class Learner:
         temperature: float = 1.0,
         value_outputs: int = 1,
         keep_reference: bool = False,
+        lr_schedule: LRSchedule | None = None,
     ):
         self.model = model
         self.cfg = cfg
+        # Learning-rate multiplier per update() call (None: constant, the update is unchanged).
+        self.lr_schedule = lr_schedule or LRSchedule()
         self.temperature = float(temperature)
         self.pad_token_id = int(pad_token_id)
         self.device = next(model.parameters()).device
@@ -111,6 +115,10 @@ class Learner:
         self._token_adv: Sequence[np.ndarray] | None = None
         self._loss_masks: Sequence[np.ndarray] | None = None
         self._value_rows: _ValueRows | None = None
+
+    def lr_factor(self) -> float:
+        """The schedule's multiplier for the next update (1 with the default constant schedule)."""
+        return self.lr_schedule.factor(self.updates)
 
     # -- precision -----------------------------------------------------------------------------
     def autocast(self):
@@ -297,6 +305,12 @@ class Learner:
     def _epochs(self, seqs, adv, returns, old_values, seed) -> dict[str, float]:
         cfg = self.cfg
         ref = self.logprobs(seqs, reference=True) if cfg.kl_coef > 0 else None
+        if not self.lr_schedule.is_constant:
+            factor = self.lr_factor()
+            for group in self.optimizer.param_groups:
+                # The base rate travels in the optimizer state (as torch's schedulers keep it),
+                # so a resumed run scales the same base.
+                group["lr"] = group.setdefault("initial_lr", group["lr"]) * factor
         rng = np.random.default_rng(seed)
         self.model.train()
         sums: dict[str, float] = {}
@@ -311,6 +325,7 @@ class Learner:
                     counts[k] = counts.get(k, 0) + 1
         self.updates += 1
         self._check_parameters()
+        sums["lr"], counts["lr"] = self.optimizer.param_groups[0]["lr"], 1
         # Means over the mini-batches that computed each term (all-zero-advantage ones skip the loss).
         return {k: v / counts[k] for k, v in sums.items()}
 
