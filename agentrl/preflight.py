@@ -15,13 +15,17 @@ from pathlib import Path
 
 from . import credit
 from .config import ConfigError, TrainConfig
-from .credit.synthetic import random_batch
+from .credit.synthetic import random_batch, with_hiper_columns
 from .iteration import credit_options
 
 __all__ = ["SUPPLIED_INPUTS", "preflight"]
 
 #: Optional step-batch inputs the trainer can supply to a credit module that declares them.
-SUPPLIED_INPUTS = frozenset({"value", "embedding", "observation", "next_state_key"})
+SUPPLIED_INPUTS = frozenset(
+    {"value", "embedding", "observation", "next_state_key"}
+    # credit=hiper: the HiPER action format and three-head critic (agentrl.hiper_steps)
+    | {"switch", "subgoal", "switch_span", "value_high", "value_term"}
+)
 BUILTIN_MODELS = ("tiny", "smollm2-135m", "smollm2-135m-instruct")
 
 
@@ -73,6 +77,8 @@ def _credit(cfg: TrainConfig) -> list[str]:
     # the first rollout.
     try:
         batch = random_batch(n_groups=2, group_size=4, max_len=6, embedding_dim=8, seed=0)
+        if "switch" in wanted:
+            batch = with_hiper_columns(batch)
         credit.compute(batch, name, **credit_options(cfg))
     except Exception as exc:  # noqa: BLE001 - every rejected option ends the same way
         msg = _line(exc)

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from . import credit
+from . import credit, hiper_steps
 from .backends import make_backend
 from .checkpoint import find_checkpoint, load_checkpoint, save_checkpoint, save_model
 from .config import TrainConfig
@@ -40,11 +40,14 @@ from .models import apply_lora, load_model
 from .pool import EnvSpec, make_pool
 from .rollout import ActionFormat, PromptBuilder, PromptConfig, RolloutStats, to_step_batch
 from .rollout.runner import EpisodeRunner, RunnerSettings, chunk_seed, eval_seed
+from .rollout.spans import HiperFormat
 from .runlog import Progress, RunLog, Timer, write_outputs
 from .summary import RunSummary, summarize_run
 from .token_credit import update_inputs
 
 __all__ = ["Parts", "TrainingStopped", "build", "train"]
+
+HIPER_HINT = "Answer with the switch, subgoal and action blocks described after the observation."
 
 
 class TrainingStopped(RuntimeError):
@@ -91,11 +94,16 @@ def build(cfg: TrainConfig) -> Parts:
                      backend=e.backend, num_workers=e.num_workers, step_timeout=e.step_timeout,
                      ray_address=e.ray.address, envs_per_actor=e.ray.envs_per_actor,
                      actor_num_cpus=e.ray.num_cpus)  # fmt: skip
+    fmt, prompt = ActionFormat(**asdict(r.action)), asdict(r.prompt)
+    if cfg.credit.name == "hiper":  # switch/subgoal/action spans; the subgoal block in the prompt
+        a = asdict(r.action)
+        fmt = HiperFormat(**{k: a[k] for k in ("think", "require_think", "max_action_chars")})
+        prompt["response_hint"] = HIPER_HINT
     runner = EpisodeRunner(
         pool,
         backend,
-        PromptBuilder(tok, PromptConfig(**asdict(r.prompt))),
-        ActionFormat(**asdict(r.action)),
+        PromptBuilder(tok, PromptConfig(**prompt)),
+        fmt,
         tok,
         RunnerSettings(e.max_steps, r.max_new_tokens, r.top_p, r.top_k, r.constrained),
     )
@@ -161,13 +169,16 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
                     learner, model, eps, needs, cfg.credit.embedding_layer
                 )
                 batch, seqs = to_step_batch(eps, values=values, embeddings=embeddings)
+                spans = None
+                if isinstance(runner.fmt, HiperFormat):  # HiPER: three-head critic, spans
+                    batch, spans = hiper_steps.prepare(learner, tok, runner.fmt, batch, seqs)
                 try:
                     res = credit.compute(batch, cfg.credit.name, **options)
                 except FloatingPointError as exc:
                     raise TrainingStopped(f"iteration {it}: {exc}") from exc
             with Timer() as t_upd:  # 4. token advantages + PPO epochs, then the engine's weights
                 try:  # value targets; token shaper (credit.token) advantages
-                    kw, tok_metrics = update_inputs(cfg, learner, tok, eps, batch, seqs, res)
+                    kw, tok_metrics = update_inputs(cfg, learner, tok, eps, batch, seqs, res, spans)
                     upd = learner.update(seqs, res.advantages, seed=chunk_seed(cfg.seed, it, 3),
                                          **kw)  # fmt: skip
                 except FloatingPointError as exc:  # NonFiniteError included

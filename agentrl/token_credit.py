@@ -18,6 +18,7 @@ import numpy as np
 
 from .config import TrainConfig
 from .credit import StepBatch, token_shapers
+from .hiper_steps import SpanLayout, update_kwargs
 from .learner import Learner, StepSequence
 from .rollout import EpisodeResult
 
@@ -102,16 +103,21 @@ def update_inputs(
     batch: StepBatch,
     seqs: list[StepSequence],
     res: Any,
+    spans: SpanLayout | None = None,
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """The learner's keyword arguments for this update (value targets, token advantages) and the
-    metrics of the token-level credit."""
+    metrics of the token-level credit; ``spans``: HiPER's routing (:mod:`agentrl.hiper_steps`)."""
     values = batch.value
     returns = res.components.get("returns") if values is not None else None
     if values is not None and returns is None:
         returns = res.advantages.astype(np.float64) + values
     kw: dict[str, Any] = {"returns": returns, "old_values": values}
     metrics: dict[str, float] = {}
-    if cfg.credit.token is not None:
+    if spans is not None:
+        kw.update(update_kwargs(res, spans, batch, seqs))
+        kept = np.concatenate(kw["loss_masks"]) if seqs else np.zeros(0, bool)
+        metrics["credit/span_token_fraction"] = float(kept.mean()) if len(kept) else 0.0
+    elif cfg.credit.token is not None:
         tok = shaped_token_advantages(
             cfg, learner, tokenizer, episodes, batch, seqs, res.advantages
         )

@@ -54,6 +54,7 @@ class StepRecord:
     valid: bool  # parsed and accepted by the env
     milestones_new: int
     next_state_key: Hashable = None  # info["state_key"] of the state the step led to
+    extras: dict[str, Any] = field(default_factory=dict)  # the action format's step columns
 
 
 @dataclass
@@ -94,19 +95,19 @@ class RolloutStats:
 
 
 class _ActionTokens:
-    """Cache: admissible action -> its constrained response token ids (template + stop token)."""
+    """Cache: response text -> its constrained response token ids (the text + stop token)."""
 
     def __init__(self, tokenizer, fmt: ActionFormat, stop_id: int):
         self.tokenizer, self.fmt, self.stop_id = tokenizer, fmt, stop_id
         self._cache: dict[str, tuple[int, ...]] = {}
 
-    def __call__(self, action: str) -> tuple[int, ...]:
-        ids = self._cache.get(action)
+    def __call__(self, text: str) -> tuple[int, ...]:
+        ids = self._cache.get(text)
         if ids is None:
-            ids = tuple(
-                self.tokenizer(self.fmt.render(action), add_special_tokens=False)["input_ids"]
-            ) + (self.stop_id,)
-            self._cache[action] = ids
+            ids = tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"]) + (
+                self.stop_id,
+            )
+            self._cache[text] = ids
         return ids
 
 
@@ -161,6 +162,7 @@ def run_episodes(
     infos = [i for _, i in first]
     instructions = [str(i.get("instruction", "")) for i in infos]
     history: list[list[Turn]] = [[] for _ in range(n)]
+    memory: list[Any] = [None] * n  # the action format's state per episode (HiPER: the subgoal)
     live = list(range(n))
     base_seed = sampling.seed
     for t in range(max_steps):
@@ -176,7 +178,12 @@ def run_episodes(
         t0 = time.perf_counter()
         overflow_before = builder.overflows
         prompts = [
-            builder.build(instructions[k], history[k], obs[k], infos[k].get("admissible_actions"))
+            builder.build(
+                instructions[k],
+                history[k],
+                obs[k] + fmt.prompt_note(memory[k]),
+                infos[k].get("admissible_actions"),
+            )  # fmt: skip
             for k in live
         ]
         stats.prompt_overflows += builder.overflows - overflow_before
@@ -187,9 +194,9 @@ def run_episodes(
             for j, k in enumerate(live):
                 acts = infos[k].get("admissible_actions")
                 if acts:
-                    seqs = [action_tokens(a) for a in acts]
-                    action_of[j] = {s: a for s, a in zip(seqs, acts)}
-                    allowed.append(seqs)
+                    pairs = [(action_tokens(x), a) for a in acts for x in fmt.renders(a, memory[k])]
+                    action_of[j] = dict(pairs)
+                    allowed.append([seq for seq, _ in pairs])
                 else:
                     allowed.append(None)  # open action space: free generation
         t1 = time.perf_counter()
@@ -280,8 +287,10 @@ def run_episodes(
                     valid=valid,
                     milestones_new=max(0, after - before),
                     next_state_key=info.get("state_key", res.observation),
+                    extras=fmt.step_extras(text),
                 )
             )
+            memory[k] = fmt.remember(memory[k], text)
             stats.prompt_tokens += len(prompts[j])
             stats.response_tokens += len(g.token_ids)
             history[k].append(Turn(obs[k], text))
