@@ -189,6 +189,19 @@ class CreditConfig:
         -8,
         "hidden-state layer recorded per step for modules that need embeddings (clamped to the model's depth)",
     )
+    token: str | None = opt(
+        None,
+        "token shaper reshaping each step's advantage over its tokens (null: broadcast; ucas, less, progress, stepopsd)",
+        optional(one_of("ucas", "less", "progress", "stepopsd")),
+    )
+    token_options: dict[str, Any] = opt(
+        help="the token shaper's keyword options (agentrl.credit.token_shapers.options(name))",
+        factory=dict,
+    )
+
+    def cross_checks(self) -> Iterator[tuple[str, str]]:
+        if self.token_options and self.token is None:
+            yield "token_options", "are set but credit.token is null"
 
 
 @dataclass
@@ -319,6 +332,20 @@ class RolloutConfig:
     constrained: bool = opt(
         "${model.constrained}",
         "restrict decoding to the admissible actions (when the env lists them)",
+    )
+    dynamic_sampling: bool = opt(
+        False,
+        "drop task groups whose rollouts all got the same return and draw new ones (DAPO/GiGPO filter)",
+    )
+    max_extra_rollouts: int | None = opt(
+        None,
+        "dynamic sampling: extra rollouts an iteration may draw (null: tasks_per_iter * group_size)",
+        optional(num(0)),
+    )
+    when_short: str = opt(
+        "pad",
+        "dynamic sampling, budget spent: pad with dropped groups (fixed batch) or keep the batch short",
+        one_of("pad", "keep"),
     )
     max_batch_size: int = opt(256, "hf: requests per forward pass", num(1))
     max_batch_tokens: int | None = opt(

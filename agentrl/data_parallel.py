@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -33,6 +33,7 @@ __all__ = [
     "gather_episodes",
     "global_step_batch",
     "local_share",
+    "lockstep",
     "reduce_stats",
     "rollout_replica",
     "shard_items",
@@ -92,6 +93,27 @@ def global_step_batch(
     if offset:
         seqs = [dataclasses.replace(s, step_row=s.step_row + offset) for s in seqs]
     return batch, seqs, offset
+
+
+def lockstep() -> Callable[[int], tuple[int, bool]] | None:
+    """The rollout loop's ``step_sync`` for this rank (``None`` in one process).
+
+    Each step, every rank reports its live episode count; a rank's requests are numbered from
+    the live count of the ranks before it (its groups come after theirs in the global list), so
+    request ids, hence per-request sampling streams, are those of one process playing the whole
+    list; the ranks step until no episode is live on any of them (a rank whose episodes all
+    ended still answers each step). Every rank must play the same number of chunks (one each
+    when the pool holds the rank's whole share, as the recipe builds it).
+    """
+    if not D.is_distributed():
+        return None
+    rk = D.rank()
+
+    def sync(n_live: int) -> tuple[int, bool]:
+        counts = D.all_gather_objects(int(n_live))
+        return int(sum(counts[:rk])), sum(counts) > 0
+
+    return sync
 
 
 def reduce_stats(stats: RolloutStats) -> RolloutStats:

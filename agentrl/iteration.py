@@ -10,12 +10,20 @@ import numpy as np
 
 from . import credit
 from .config import TrainConfig
+from .dynamic_sampling import sample_informative
 from .evaluation.tasks import eval_resets, make_tasks
 from .learner import Learner
-from .rollout import EpisodeResult, ResetSpec, RolloutStats
+from .rollout import EpisodeResult, EpisodeRunner, ResetSpec, RolloutStats, chunk_seed
 from .summary import peak_cuda_mb, peak_rss_mb
 
-__all__ = ["credit_options", "features", "held_out_resets", "train_resets", "train_row"]
+__all__ = [
+    "credit_options",
+    "features",
+    "held_out_resets",
+    "play_iteration",
+    "train_resets",
+    "train_row",
+]
 
 
 def credit_options(cfg: TrainConfig) -> dict[str, Any]:
@@ -29,13 +37,22 @@ def credit_options(cfg: TrainConfig) -> dict[str, Any]:
     return opts
 
 
-def train_resets(cfg: TrainConfig, it: int, train_ids: list[str] | None) -> list[ResetSpec]:
+def train_resets(
+    cfg: TrainConfig,
+    it: int,
+    train_ids: list[str] | None,
+    n_groups: int | None = None,
+    draw: int = 0,
+    first_group: int = 0,
+) -> list[ResetSpec]:
     """Iteration ``it``'s tasks: ``tasks_per_iter`` groups of ``group_size`` identical resets,
-    drawn from ``(seed, it)`` alone (a resumed run draws the same tasks)."""
+    drawn from ``(seed, it)`` alone (a resumed run draws the same tasks). Dynamic sampling's
+    extra draws (``draw`` >= 1) take ``n_groups`` more from ``(seed, it, draw)``, numbered from
+    group ``first_group`` of the iteration."""
     r, e = cfg.rollout, cfg.env
-    rng = np.random.default_rng([cfg.seed, it, 1])
+    rng = np.random.default_rng([cfg.seed, it, 1] + ([draw] if draw else []))
     resets = []
-    for g in range(r.tasks_per_iter):
+    for g in range(first_group, first_group + (n_groups or r.tasks_per_iter)):
         group = it * r.tasks_per_iter + g
         if train_ids is None:
             spec = ResetSpec(group, seed=int(rng.integers(0, e.train_seed_high)))
@@ -44,6 +61,53 @@ def train_resets(cfg: TrainConfig, it: int, train_ids: list[str] | None) -> list
             spec = ResetSpec(group, seed=None, options={"task_id": tid})
         resets += [spec] * r.group_size
     return resets
+
+
+def play_iteration(
+    cfg: TrainConfig,
+    it: int,
+    train_ids: list[str] | None,
+    runner: EpisodeRunner,
+    stats: RolloutStats,
+) -> tuple[list[EpisodeResult], dict[str, float]]:
+    """Iteration ``it``'s training episodes and the rollout metrics to log.
+
+    With ``rollout.dynamic_sampling`` (:func:`agentrl.dynamic_sampling.sample_informative`),
+    groups whose rollouts all got the same return are dropped and new groups drawn within
+    ``rollout.max_extra_rollouts``. The return is the env reward plus ``env.invalid_penalty`` per
+    invalid step (what the credit modules see). The first draw is exactly the iteration's usual
+    tasks and sampling seed; draw ``k`` samples with ``chunk_seed(seed, it, 2, k)``.
+    """
+    r = cfg.rollout
+    if not r.dynamic_sampling:
+        resets = train_resets(cfg, it, train_ids)
+        seed = chunk_seed(cfg.seed, it, 2)
+        return runner.play(resets, temperature=r.temperature, seed=seed, stats=stats), {}
+    played = {"draws": 0, "groups": 0, "episodes": 0}
+
+    def draw(k: int) -> list[list[EpisodeResult]]:
+        d = played["draws"]
+        resets = train_resets(cfg, it, train_ids, k, draw=d, first_group=played["groups"])
+        seed = chunk_seed(cfg.seed, it, 2, *([d] if d else []))
+        eps = runner.play(resets, temperature=r.temperature, seed=seed,
+                          traj_offset=played["episodes"], stats=stats)  # fmt: skip
+        played["draws"], played["groups"] = d + 1, played["groups"] + k
+        played["episodes"] += len(eps)
+        return [eps[i : i + r.group_size] for i in range(0, len(eps), r.group_size)]
+
+    penalty = float(cfg.env.invalid_penalty)
+    budget = r.max_extra_rollouts
+    result = sample_informative(
+        draw,
+        lambda group: [ep.total_reward + penalty * ep.invalid_actions for ep in group],
+        r.tasks_per_iter,
+        group_size=r.group_size,
+        max_extra_rollouts=r.tasks_per_iter * r.group_size if budget is None else budget,
+        when_short=r.when_short,
+    )
+    metrics = {f"rollout/{k}": float(v) for k, v in result.metrics.items()}
+    metrics["rollout/dynamic_sampling/drawn_rollouts"] = float(played["episodes"])
+    return [ep for group in result.groups for ep in group], metrics
 
 
 def held_out_resets(cfg: TrainConfig, pool: Any) -> list[ResetSpec]:
@@ -67,8 +131,8 @@ def features(
 ) -> tuple[np.ndarray | None, np.ndarray | None]:
     """Critic values and hidden-state embeddings at each step's last prompt token, computed only
     when the credit module declares it needs them (``value``, ``embedding``)."""
-    if not needs & {"value", "embedding"}:
-        return None, None
+    if not needs & {"value", "embedding"} or "value_high" in needs:
+        return None, None  # HiPER's three values come from agentrl.hiper_steps.prepare
     depth = _num_hidden_states(model)
     layer = max(layer, -depth + 1) if layer < 0 else min(layer, depth - 1)
     prompts = [s.prompt_ids for ep in eps for s in ep.steps]
@@ -81,8 +145,10 @@ def _num_hidden_states(model: Any) -> int:
     return int(base.config.num_hidden_layers) + 1
 
 
-def train_row(it, eps, seqs, stats: RolloutStats, res, upd, t_roll, t_credit, t_upd) -> dict:
-    """The ``metrics.jsonl`` row of training iteration ``it``."""
+def train_row(
+    it, eps, seqs, stats: RolloutStats, res, upd, t_roll, t_credit, t_upd, extra=None
+) -> dict:
+    """The ``metrics.jsonl`` row of training iteration ``it`` (``extra``: more metrics)."""
     won = np.array([ep.won for ep in eps], dtype=float)
     steps = [s for ep in eps for s in ep.steps]
     row: dict[str, Any] = {
@@ -116,6 +182,7 @@ def train_row(it, eps, seqs, stats: RolloutStats, res, upd, t_roll, t_credit, t_
     cuda_mb = peak_cuda_mb()
     if cuda_mb is not None:
         row["mem/peak_cuda_mb"] = cuda_mb
+    row.update(extra or {})
     row.update({f"loss/{k}": v for k, v in upd.items()})
     for k, v in res.diagnostics.items():
         if isinstance(v, int | float) and not isinstance(v, bool):

@@ -15,13 +15,17 @@ from pathlib import Path
 
 from . import credit
 from .config import ConfigError, TrainConfig
-from .credit.synthetic import random_batch
+from .credit.synthetic import random_batch, with_hiper_columns
 from .iteration import credit_options
 
 __all__ = ["SUPPLIED_INPUTS", "preflight"]
 
 #: Optional step-batch inputs the trainer can supply to a credit module that declares them.
-SUPPLIED_INPUTS = frozenset({"value", "embedding", "observation", "next_state_key"})
+SUPPLIED_INPUTS = frozenset(
+    {"value", "embedding", "observation", "next_state_key"}
+    # credit=hiper: the HiPER action format and three-head critic (agentrl.hiper_steps)
+    | {"switch", "subgoal", "switch_span", "value_high", "value_term"}
+)
 BUILTIN_MODELS = ("tiny", "smollm2-135m", "smollm2-135m-instruct")
 
 
@@ -55,10 +59,26 @@ def _credit(cfg: TrainConfig) -> list[str]:
             f"credit.name {name!r} with these options needs step-batch input(s) {', '.join(missing)}, "
             f"which the trainer cannot supply (it supplies {', '.join(sorted(SUPPLIED_INPUTS))})"
         ]
+    if cfg.credit.token is not None:
+        from .credit import token_shapers
+
+        if name == "hiper":
+            return ["credit.token: HiPER routes its three advantages to spans; a token shaper "
+                    "cannot reshape them (set credit.token=null)"]  # fmt: skip
+        valid_t = token_shapers.options(cfg.credit.token)
+        bad = sorted(set(cfg.credit.token_options) - set(valid_t))
+        if bad:
+            return [
+                f"credit.token_options.{k} is not an option of token shaper {cfg.credit.token!r} "
+                f"(valid: {', '.join(valid_t)})"
+                for k in bad
+            ]
     # A dry run on a small synthetic batch: the module's own option checks answer now, not after
     # the first rollout.
     try:
         batch = random_batch(n_groups=2, group_size=4, max_len=6, embedding_dim=8, seed=0)
+        if "switch" in wanted:
+            batch = with_hiper_columns(batch)
         credit.compute(batch, name, **credit_options(cfg))
     except Exception as exc:  # noqa: BLE001 - every rejected option ends the same way
         msg = _line(exc)

@@ -25,26 +25,29 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from . import credit
+from . import credit, hiper_steps
 from .backends import make_backend
 from .checkpoint import find_checkpoint, load_checkpoint, save_checkpoint, save_model
 from .config import TrainConfig
 from .evaluation import record_from_rollout, summarize
-from .iteration import credit_options, features, held_out_resets, train_resets, train_row
-from .learner import Learner, NonFiniteError
+from .iteration import credit_options, features, held_out_resets, play_iteration, train_row
+from .learner import Learner
 from .learner.weights import policy_state_dict
 from .models import apply_lora, load_model
 from .pool import EnvSpec, make_pool
 from .rollout import ActionFormat, PromptBuilder, PromptConfig, RolloutStats, to_step_batch
 from .rollout.runner import EpisodeRunner, RunnerSettings, chunk_seed, eval_seed
+from .rollout.spans import HiperFormat
 from .runlog import Progress, RunLog, Timer, write_outputs
 from .summary import RunSummary, summarize_run
+from .token_credit import update_inputs
 
 __all__ = ["Parts", "TrainingStopped", "build", "train"]
+
+HIPER_HINT = "Answer with the switch, subgoal and action blocks described after the observation."
 
 
 class TrainingStopped(RuntimeError):
@@ -84,17 +87,23 @@ def build(cfg: TrainConfig) -> Parts:
     options = credit_options(cfg)
     needs = credit.needs(cfg.credit.name, **options)
     learner = Learner(model, t, tok.pad_token_id, value_head="value" in needs,
-                      temperature=r.temperature)  # fmt: skip
+                      temperature=r.temperature, value_outputs=3 if "value_high" in needs else 1,
+                      keep_reference=cfg.credit.token == "progress")  # fmt: skip
     backend = make_backend(asdict(r), model, tok, model_path=model_path, seed=cfg.seed)
     pool = make_pool([EnvSpec(e.id, dict(e.kwargs))] * (r.tasks_per_iter * r.group_size),
                      backend=e.backend, num_workers=e.num_workers, step_timeout=e.step_timeout,
                      ray_address=e.ray.address, envs_per_actor=e.ray.envs_per_actor,
                      actor_num_cpus=e.ray.num_cpus)  # fmt: skip
+    fmt, prompt = ActionFormat(**asdict(r.action)), asdict(r.prompt)
+    if cfg.credit.name == "hiper":  # switch/subgoal/action spans; the subgoal block in the prompt
+        a = asdict(r.action)
+        fmt = HiperFormat(**{k: a[k] for k in ("think", "require_think", "max_action_chars")})
+        prompt["response_hint"] = HIPER_HINT
     runner = EpisodeRunner(
         pool,
         backend,
-        PromptBuilder(tok, PromptConfig(**asdict(r.prompt))),
-        ActionFormat(**asdict(r.action)),
+        PromptBuilder(tok, PromptConfig(**prompt)),
+        fmt,
         tok,
         RunnerSettings(e.max_steps, r.max_new_tokens, r.top_p, r.top_k, r.constrained),
     )
@@ -153,31 +162,31 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
         # -- the loop ----------------------------------------------------------------------------
         for it in range(start, t.iterations):
             stats = RolloutStats()
-            with Timer() as t_roll:  # 1. rollout
-                resets = train_resets(cfg, it, train_ids)
-                eps = runner.play(resets, temperature=r.temperature, seed=chunk_seed(cfg.seed, it, 2),
-                                  stats=stats)  # fmt: skip
+            with Timer() as t_roll:  # 1. rollout (+ dynamic sampling's extra groups)
+                eps, roll_metrics = play_iteration(cfg, it, train_ids, runner, stats)
             with Timer() as t_credit:  # 2. step batch (+ declared inputs)  3. credit
                 values, embeddings = features(
                     learner, model, eps, needs, cfg.credit.embedding_layer
                 )
                 batch, seqs = to_step_batch(eps, values=values, embeddings=embeddings)
+                spans = None
+                if isinstance(runner.fmt, HiperFormat):  # HiPER: three-head critic, spans
+                    batch, spans = hiper_steps.prepare(learner, tok, runner.fmt, batch, seqs)
                 try:
                     res = credit.compute(batch, cfg.credit.name, **options)
                 except FloatingPointError as exc:
                     raise TrainingStopped(f"iteration {it}: {exc}") from exc
-                returns = res.components.get("returns") if values is not None else None
-                if values is not None and returns is None:
-                    returns = res.advantages.astype(np.float64) + values
             with Timer() as t_upd:  # 4. token advantages + PPO epochs, then the engine's weights
-                try:
-                    upd = learner.update(seqs, res.advantages, returns=returns, old_values=values,
-                                         seed=chunk_seed(cfg.seed, it, 3))  # fmt: skip
-                except NonFiniteError as exc:
+                try:  # value targets; token shaper (credit.token) advantages
+                    kw, tok_metrics = update_inputs(cfg, learner, tok, eps, batch, seqs, res, spans)
+                    upd = learner.update(seqs, res.advantages, seed=chunk_seed(cfg.seed, it, 3),
+                                         **kw)  # fmt: skip
+                except FloatingPointError as exc:  # NonFiniteError included
                     raise TrainingStopped(f"iteration {it}: {exc}") from exc
                 if r.backend != "hf":  # the hf engine samples from the learner's own model
                     backend.update_weights(policy_state_dict(model))
-            row = train_row(it, eps, seqs, stats, res, upd, t_roll, t_credit, t_upd)  # 5. log
+            row = train_row(it, eps, seqs, stats, res, upd, t_roll, t_credit, t_upd,
+                            {**roll_metrics, **tok_metrics})  # 5. log  # fmt: skip
             log(row)
             progress.update(it + 1, row)
             if t.eval_every and (it + 1) % t.eval_every == 0 and it + 1 < t.iterations:

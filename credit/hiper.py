@@ -150,7 +150,10 @@ def _standardize(x: np.ndarray, over: np.ndarray) -> np.ndarray:
         return x
     sel = x[over]
     mean = sel.mean()
-    return (x - mean) / (np.sqrt(np.mean((sel - mean) ** 2)) + 1e-8)
+    dev = sel - mean
+    scale = float(np.abs(dev).max())  # scaled first: squares of huge rewards would overflow
+    std = scale * np.sqrt(np.mean((dev / scale) ** 2)) if scale > 0 else 0.0
+    return (x - mean) / (std + 1e-8)
 
 
 def shaped_reward(

@@ -31,6 +31,9 @@ class SamplingParams:
     top_k: int = 0  # 0: off
     stop_token_ids: tuple[int, ...] = ()
     seed: int | None = None  # request i of a call uses a generator seeded from (seed, i)
+    # With ``request_ids``, request i uses (seed, request_ids[i]) instead: a rank playing part of
+    # a batch numbers its requests as one process playing the whole batch would (torchrun).
+    request_ids: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:

@@ -122,14 +122,17 @@ class HFBackend:
 
     def _uniforms(self, n: int, sampling: SamplingParams) -> np.ndarray:
         k = sampling.max_new_tokens
+        ids = range(n) if sampling.request_ids is None else sampling.request_ids
+        if len(ids) != n:
+            raise ValueError(f"{len(ids)} request_ids for {n} prompts")
         if sampling.seed is None:
             u = self._rng.random((n, k))
         else:
             u = (
                 np.stack(
                     [
-                        np.random.default_rng([int(sampling.seed) & 0xFFFFFFFF, i]).random(k)
-                        for i in range(n)
+                        np.random.default_rng([int(sampling.seed) & 0xFFFFFFFF, int(i)]).random(k)
+                        for i in ids
                     ]
                 )
                 if n

@@ -348,7 +348,8 @@ class VLLMBackend:
             extra = {ALLOWED_KEY: [[int(t) for t in s] for s in allowed]}
         seed = None
         if sampling.seed is not None:
-            seed = (int(sampling.seed) * 1_000_003 + i) % (2**63 - 1)
+            key = i if sampling.request_ids is None else int(sampling.request_ids[i])
+            seed = (int(sampling.seed) * 1_000_003 + key) % (2**63 - 1)
         return VLLMSamplingParams(
             n=1,
             max_tokens=max_tokens,

@@ -3,12 +3,14 @@
 from .forward import ForwardOut, response_forward
 from .learner import Learner, LearnerConfig, NonFiniteError, token_advantages
 from .losses import aggregate, kl_penalty, ppo_clip_loss, value_loss
+from .schedule import LRSchedule
 from .sequences import Collated, StepSequence, collate
 
 __all__ = [
     "Collated",
     "ForwardOut",
     "Learner",
+    "LRSchedule",
     "LearnerConfig",
     "NonFiniteError",
     "StepSequence",

@@ -21,6 +21,10 @@ class ForwardOut:
     logprobs: torch.Tensor  # (B, R) float32; 0 on padding
     entropy: torch.Tensor  # (B, R) float32; 0 on padding
     last_hidden: torch.Tensor | None  # (B, H) hidden state at the last prompt token (post-norm)
+    #: with ``want_certainty``, from the raw full-vocabulary logits (temperature 1, no constraint):
+    self_certainty: torch.Tensor | None = None  # (B, R) logsumexp(logits) - mean(logits)
+    token_logit: torch.Tensor | None = None  # (B, R) the chosen token's raw logit
+    hidden_at: torch.Tensor | None = None  # (B, H) final hidden state at ``hidden_cols``
 
 
 def response_forward(
@@ -30,8 +34,14 @@ def response_forward(
     *,
     want_entropy: bool = True,
     want_hidden: bool = False,
+    want_certainty: bool = False,
+    hidden_cols: torch.Tensor | None = None,
 ) -> ForwardOut:
-    """Log-probs of ``batch.response_ids`` under ``model`` (differentiable)."""
+    """Log-probs of ``batch.response_ids`` under ``model`` (differentiable).
+
+    ``want_certainty`` adds the token shapers' signals of the raw logits; ``hidden_cols`` (one
+    column of ``input_ids`` per row) adds the final hidden state there (HiPER's V_low position).
+    """
     R = batch.response_width
     out = model(
         input_ids=batch.input_ids,
@@ -39,9 +49,13 @@ def response_forward(
         position_ids=batch.position_ids,
         use_cache=False,
         logits_to_keep=R + 1,
-        output_hidden_states=want_hidden,
+        output_hidden_states=want_hidden or hidden_cols is not None,
     )
     logits = out.logits[:, :R, :].float()
+    certainty = chosen = None
+    if want_certainty:
+        certainty = torch.logsumexp(logits, dim=-1) - logits.mean(dim=-1)
+        chosen = logits.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1)
     if temperature != 1.0:
         logits = logits / temperature
     tokens = batch.response_ids
@@ -68,7 +82,13 @@ def response_forward(
     mask = batch.response_mask
     logp = torch.where(mask, logp, torch.zeros_like(logp))
     entropy = torch.where(mask, entropy, torch.zeros_like(entropy))
-    hidden = None
+    hidden = hidden_at = None
     if want_hidden:
         hidden = out.hidden_states[-1][:, batch.prompt_width - 1, :]
-    return ForwardOut(logp, entropy, hidden)
+    if hidden_cols is not None:
+        rows = torch.arange(len(hidden_cols), device=hidden_cols.device)
+        hidden_at = out.hidden_states[-1][rows, hidden_cols, :]
+    if certainty is not None:
+        zero = torch.zeros_like(logp)
+        certainty, chosen = torch.where(mask, certainty, zero), torch.where(mask, chosen, zero)
+    return ForwardOut(logp, entropy, hidden, certainty, chosen, hidden_at)

@@ -104,7 +104,7 @@ class FSDPLearner(Learner):
     Args:
         model: the policy, identical on every rank (rank 0's weights are broadcast first). It
             is sharded in place; keep an unsharded replica for generation (:meth:`sync_to`).
-        cfg, pad_token_id, value_head: as :class:`Learner`.
+        cfg, pad_token_id, value_head, temperature: as :class:`Learner`.
         mixed_precision: bf16 compute with fp32 reduction; ``None``: on when ``cfg.dtype`` is
             ``auto``/``bfloat16`` and the device is a GPU with bf16.
     """
@@ -115,6 +115,7 @@ class FSDPLearner(Learner):
         cfg: LearnerConfig,
         pad_token_id: int,
         value_head: bool = False,
+        temperature: float = 1.0,
         mixed_precision: bool | None = None,
     ):
         import torch.distributed as dist
@@ -127,7 +128,7 @@ class FSDPLearner(Learner):
             )
         from torch.distributed.fsdp import MixedPrecisionPolicy
 
-        super().__init__(model, cfg, pad_token_id, value_head=value_head)
+        super().__init__(model, cfg, pad_token_id, value_head=value_head, temperature=temperature)
         dev = self.device
         if mixed_precision is None:
             mixed_precision = (
@@ -204,7 +205,7 @@ class FSDPLearner(Learner):
                 batch = collate([ext[i] for i in idx], self.pad_token_id).to(self.device)
                 from .forward import response_forward
 
-                fo = response_forward(model, batch, self.cfg.temperature, want_entropy=False)
+                fo = response_forward(model, batch, self.temperature, want_entropy=False)
                 if j >= real:
                     continue
                 lp = fo.logprobs.float().cpu().numpy()
@@ -312,6 +313,7 @@ class FSDPLearner(Learner):
                     sums[k] = sums.get(k, 0.0) + v
                     counts[k] = counts.get(k, 0) + 1
         self.updates += 1
+        self._check_parameters()
         return {k: v / counts[k] for k, v in sums.items()}
 
     def _sharded_minibatch_step(
@@ -389,13 +391,63 @@ class FSDPLearner(Learner):
             full = p.full_tensor() if hasattr(p, "full_tensor") else p
             own[name].copy_(full)
 
-    # -- checkpoints (torch.distributed.checkpoint: see agentrl.sharded_checkpoint) --------------------
-    def state_dict(self):  # pragma: no cover - guard
+    # -- checkpoints -----------------------------------------------------------------------------
+    def _check_parameters(self) -> None:
+        """Non-finite weights after a step stop the update on every rank (each checks its shards)."""
+        local = True
+        with torch.no_grad():
+            for g in self.optimizer.param_groups:
+                for p in g["params"]:
+                    t = p.to_local() if hasattr(p, "to_local") else p
+                    if t.numel() and not bool(torch.isfinite(t).all()):
+                        local = False
+                        break
+        ok, bad = D.all_ok(local, "non-finite weights")
+        if not ok:
+            raise NonFiniteError(
+                f"{'; '.join(bad)} after update {self.updates} (learning rate {self.cfg.lr}): "
+                "training is stopped"
+            )
+
+    def state_dict(self):
         raise NotImplementedError(
-            "a sharded learner is saved with agentrl.sharded_checkpoint.save_learner (DCP), not state_dict"
+            "a sharded learner is saved with agentrl.sharded_checkpoint.save_learner (DCP)"
         )
 
-    def load_state_dict(self, state) -> None:  # pragma: no cover - guard
-        raise NotImplementedError(
-            "a sharded learner is loaded with agentrl.sharded_checkpoint.load_learner (DCP)"
+    def load_state_dict(self, state) -> None:
+        """Load a one-process :meth:`Learner.state_dict` (full tensors, optimiser state by index)
+        into the shards: how a run checkpointed by one process resumes under torchrun."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+        from agentrl.sharded_checkpoint import _modules
+
+        mods = _modules(self)
+        names = [n for n, p in mods.named_parameters() if p.requires_grad]
+        model_sd = {f"policy.{k}": v for k, v in state["model"].items()}
+        if self.value_head is not None and state.get("value_head") is not None:
+            model_sd.update({f"value_head.{k}": v for k, v in state["value_head"].items()})
+        missing = [k for k in model_sd if k not in names]
+        if missing:
+            raise KeyError(f"checkpoint has parameters the model lacks: {missing[:5]}")
+        osd = state["optimizer"]
+        order = [i for g in osd["param_groups"] for i in g["params"]]
+        if len(order) != len(names):
+            raise ValueError(
+                f"the checkpoint's optimiser has {len(order)} parameters, this learner {len(names)}: "
+                "was it saved with the same LoRA/value-head settings?"
+            )
+        fqn = dict(zip(order, names))
+        optim_sd = {
+            "state": {fqn[i]: v for i, v in osd["state"].items()},
+            "param_groups": [
+                {**g, "params": [fqn[i] for i in g["params"]]} for g in osd["param_groups"]
+            ],
+        }
+        set_state_dict(
+            mods,
+            self.optimizer,
+            model_state_dict=model_sd,
+            optim_state_dict=optim_sd,
+            options=StateDictOptions(full_state_dict=True, strict=False),
         )
+        self.updates = int(state.get("updates", 0))

@@ -30,6 +30,7 @@ from agentrl.credit import step_to_tokens
 from ..config import LearnerConfig
 from .forward import response_forward
 from .losses import aggregate, kl_penalty, normaliser, ppo_clip_loss, value_loss
+from .schedule import LRSchedule
 from .sequences import Collated, StepSequence, collate
 
 __all__ = ["Learner", "LearnerConfig", "NonFiniteError", "token_advantages"]
@@ -59,6 +60,10 @@ class Learner:
         pad_token_id: padding id for collation.
         value_head: add a scalar value head on the last prompt token's hidden state.
         temperature: the sampling temperature of the rollouts (the ratio's distribution).
+        value_outputs: outputs of the value head: 1, or 3 for HiPER's critic (V_low read at a
+            position inside the response, V_high and V_term at the last prompt token).
+        keep_reference: keep the reference policy even when ``kl_coef`` is 0 (the ``progress``
+            token shaper reads its log-probs).
     """
 
     def __init__(
@@ -68,9 +73,14 @@ class Learner:
         pad_token_id: int,
         value_head: bool = False,
         temperature: float = 1.0,
+        value_outputs: int = 1,
+        keep_reference: bool = False,
+        lr_schedule: LRSchedule | None = None,
     ):
         self.model = model
         self.cfg = cfg
+        # Learning-rate multiplier per update() call (None: constant, the update is unchanged).
+        self.lr_schedule = lr_schedule or LRSchedule()
         self.temperature = float(temperature)
         self.pad_token_id = int(pad_token_id)
         self.device = next(model.parameters()).device
@@ -79,12 +89,16 @@ class Learner:
             if hasattr(model, "config")
             else model.get_base_model().config.hidden_size
         )
-        self.value_head = torch.nn.Linear(hidden, 1).to(self.device) if value_head else None
+        if value_outputs not in (1, 3):
+            raise ValueError(f"value_outputs must be 1 or 3, got {value_outputs}")
+        self.value_head = (
+            torch.nn.Linear(hidden, value_outputs).to(self.device) if value_head else None
+        )
         if self.value_head is not None:
             torch.nn.init.zeros_(self.value_head.weight)
             torch.nn.init.zeros_(self.value_head.bias)
         self.reference: torch.nn.Module | None = None
-        if cfg.kl_coef > 0 and not _is_peft(model):
+        if (cfg.kl_coef > 0 or keep_reference) and not _is_peft(model):
             self.reference = copy.deepcopy(model).eval()
             for p in self.reference.parameters():
                 p.requires_grad_(False)
@@ -97,6 +111,14 @@ class Learner:
             groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
         )
         self.updates = 0
+        # Per-update token-level inputs (set by :meth:`update`, read by :meth:`_micro_loss`).
+        self._token_adv: Sequence[np.ndarray] | None = None
+        self._loss_masks: Sequence[np.ndarray] | None = None
+        self._value_rows: _ValueRows | None = None
+
+    def lr_factor(self) -> float:
+        """The schedule's multiplier for the next update (1 with the default constant schedule)."""
+        return self.lr_schedule.factor(self.updates)
 
     # -- precision -----------------------------------------------------------------------------
     def autocast(self):
@@ -160,10 +182,7 @@ class Learner:
                 )
                 if values is not None:
                     values[idx] = (
-                        self.value_head(out.hidden_states[-1][:, -1, :].float())
-                        .squeeze(-1)
-                        .cpu()
-                        .numpy()
+                        self.value_head(out.hidden_states[-1][:, -1, :].float())[:, 0].cpu().numpy()
                     )
                 if embedding_layer is not None:
                     h = out.hidden_states[embedding_layer][:, -1, :].float().cpu().numpy()
@@ -171,6 +190,71 @@ class Learner:
                         embs = np.zeros((n, h.shape[1]), np.float32)
                     embs[idx] = h
         return values, embs
+
+    @torch.no_grad()
+    def token_signals(
+        self, seqs: Sequence[StepSequence], wanted: frozenset[str] | set[str]
+    ) -> dict[str, list[np.ndarray]]:
+        """Per sequence, the token shapers' signals of its response tokens under the current
+        policy: ``entropy`` (of the sampling distribution), ``self_certainty`` and ``token_logit``
+        (raw logits), ``ref_logprob`` (the reference policy), plus the recorded ``logprob`` and
+        ``token_id``. Only the ``wanted`` ones are computed."""
+        out: dict[str, list[np.ndarray]] = {}
+        if "logprob" in wanted:
+            out["logprob"] = [np.asarray(s.old_logprobs, np.float64) for s in seqs]
+        if "token_id" in wanted:
+            out["token_id"] = [np.asarray(s.response_ids, np.int64) for s in seqs]
+        if "ref_logprob" in wanted:
+            if self.reference is None and not _is_peft(self.model):
+                raise ValueError("reference log-probs need Learner(keep_reference=True)")
+            out["ref_logprob"] = self.logprobs(seqs, reference=True)
+        passes = sorted({"entropy", "self_certainty", "token_logit"} & set(wanted))
+        if not passes:
+            return out
+        for k in passes:
+            out[k] = [np.zeros(0)] * len(seqs)
+        was = self.model.training
+        self.model.eval()
+        with self.autocast():
+            for idx in self._micro_batches(seqs, np.arange(len(seqs))):
+                batch = collate([seqs[i] for i in idx], self.pad_token_id).to(self.device)
+                fo = response_forward(self.model, batch, self.temperature,
+                                      want_entropy="entropy" in wanted, want_certainty=True)  # fmt: skip
+                got = {"entropy": fo.entropy, "self_certainty": fo.self_certainty,
+                       "token_logit": fo.token_logit}  # fmt: skip
+                for k in passes:
+                    arr = got[k].float().cpu().numpy()
+                    for j, i in enumerate(idx):
+                        out[k][i] = arr[j, : len(seqs[i].response_ids)].astype(np.float64)
+        self.model.train(was)
+        return out
+
+    @torch.no_grad()
+    def hiper_values(self, seqs: Sequence[StepSequence], low_pos: Sequence[int]) -> np.ndarray:
+        """(N, 3) critic values of HiPER's three heads: V_low at response position
+        ``low_pos[i]`` (the value of the state before that token; 0: the last prompt token),
+        V_high and V_term at the last prompt token."""
+        if self.value_head is None or self.value_head.out_features != 3:
+            raise ValueError("HiPER values need Learner(value_head=True, value_outputs=3)")
+        vals = np.zeros((len(seqs), 3), np.float32)
+        was = self.model.training
+        self.model.eval()
+        with self.autocast():
+            for idx in self._micro_batches(seqs, np.arange(len(seqs))):
+                batch = collate([seqs[i] for i in idx], self.pad_token_id).to(self.device)
+                cols = torch.as_tensor([batch.prompt_width - 1 + int(low_pos[i]) for i in idx],
+                                       device=self.device)  # fmt: skip
+                fo = response_forward(self.model, batch, self.temperature, want_entropy=False,
+                                      want_hidden=True, hidden_cols=cols)  # fmt: skip
+                vals[idx] = self._three_values(fo).float().cpu().numpy()
+        self.model.train(was)
+        return vals
+
+    def _three_values(self, fo) -> torch.Tensor:
+        """(B, 3): head 0 at the V_low position, heads 1 and 2 at the last prompt token."""
+        at_end = self.value_head(fo.last_hidden.float())
+        at_low = self.value_head(fo.hidden_at.float())
+        return torch.stack([at_low[:, 0], at_end[:, 1], at_end[:, 2]], dim=-1)
 
     # -- the update ----------------------------------------------------------------------------
     def update(
@@ -181,16 +265,52 @@ class Learner:
         returns: np.ndarray | None = None,
         old_values: np.ndarray | None = None,
         seed: int = 0,
+        token_advantages: Sequence[np.ndarray] | None = None,
+        loss_masks: Sequence[np.ndarray] | None = None,
+        value_weights: np.ndarray | None = None,
+        value_pos: Sequence[int] | None = None,
     ) -> dict[str, float]:
         """PPO epochs over ``seqs``; ``step_advantages[row]`` is the advantage of step row ``row``
-        (``returns``/``old_values`` likewise, for the value head). Returns mean metrics."""
-        cfg = self.cfg
+        (``returns``/``old_values`` likewise, for the value head). Returns mean metrics.
+
+        ``token_advantages[i]`` (one per response token of ``seqs[i]``) replaces the broadcast
+        step advantage (token shapers, HiPER's span routing); ``loss_masks[i]`` keeps only some
+        response tokens in the policy loss. With a 3-output value head (HiPER), ``returns`` and
+        ``old_values`` are (N, 3), ``value_weights`` (N, 3) marks which heads train on which rows
+        and ``value_pos[i]`` is the response position of ``seqs[i]``'s V_low."""
         adv = np.asarray(step_advantages, dtype=np.float32)
         if not np.isfinite(adv).all():
             raise NonFiniteError("non-finite step advantages: the update is skipped")
         if self.value_head is not None and returns is None:
             raise ValueError("the learner has a value head: pass returns (value targets)")
+        for name, per_seq in (("token_advantages", token_advantages), ("loss_masks", loss_masks)):
+            if per_seq is None:
+                continue
+            if len(per_seq) != len(seqs):
+                raise ValueError(f"{name} has {len(per_seq)} entries for {len(seqs)} sequences")
+            for i, (a, s) in enumerate(zip(per_seq, seqs)):
+                if np.shape(a) != (len(s.response_ids),):
+                    raise ValueError(
+                        f"{name}[{i}] has shape {np.shape(a)}, expected ({len(s.response_ids)},)"
+                    )
+                if name == "token_advantages" and not np.isfinite(a).all():
+                    raise NonFiniteError(f"non-finite token advantages in sequence {i}")
+        self._token_adv, self._loss_masks = token_advantages, loss_masks
+        self._value_rows = _ValueRows.make(self.value_head, seqs, returns, value_weights, value_pos)
+        try:
+            return self._epochs(seqs, adv, returns, old_values, seed)
+        finally:
+            self._token_adv = self._loss_masks = self._value_rows = None
+
+    def _epochs(self, seqs, adv, returns, old_values, seed) -> dict[str, float]:
+        cfg = self.cfg
         ref = self.logprobs(seqs, reference=True) if cfg.kl_coef > 0 else None
+        if not self.lr_schedule.is_constant:
+            factor = self.lr_factor()
+            for group in self.optimizer.param_groups:
+                # The base rate travels in the optimizer state (as torch's schedulers keep it),
+                # so a resumed run scales the same base.
+                group["lr"] = group.setdefault("initial_lr", group["lr"]) * factor
         rng = np.random.default_rng(seed)
         self.model.train()
         sums: dict[str, float] = {}
@@ -205,6 +325,7 @@ class Learner:
                     counts[k] = counts.get(k, 0) + 1
         self.updates += 1
         self._check_parameters()
+        sums["lr"], counts["lr"] = self.optimizer.param_groups[0]["lr"], 1
         # Means over the mini-batches that computed each term (all-zero-advantage ones skip the loss).
         return {k: v / counts[k] for k, v in sums.items()}
 
@@ -226,11 +347,16 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         acc: dict[str, float] = {}
         value_denom = max(len(mb), 1)
+        if self._value_rows is not None:
+            value_denom = self._value_rows.denominators(seqs, mb)
         if self._skips_zero_advantages():
             # Steps whose advantage is exactly 0 add nothing to the loss or its gradient; skip
             # their forward/backward. The normaliser above still counts them, so the update is
             # identical to processing them.
-            mb = np.asarray([i for i in mb if adv[seqs[i].step_row] != 0.0], dtype=np.int64)
+            if self._token_adv is not None:
+                mb = np.asarray([i for i in mb if np.any(self._token_adv[i])], dtype=np.int64)
+            else:
+                mb = np.asarray([i for i in mb if adv[seqs[i].step_row] != 0.0], dtype=np.int64)
         processed = len(mb)
         for idx in self._micro_batches(seqs, mb):
             loss, terms, st = self._micro_loss(
@@ -285,8 +411,20 @@ class Learner:
         ``denom``/``value_denom``), its detached terms, and the PPO diagnostics of its tokens."""
         cfg = self.cfg
         batch = collate([seqs[i] for i in idx], self.pad_token_id).to(self.device)
-        tok_adv = token_advantages(batch, adv).to(self.device)
+        if self._token_adv is None:
+            tok_adv = token_advantages(batch, adv).to(self.device)
+        else:
+            tok_adv = self._per_token(self._token_adv, idx, batch, torch.float32)
         mask = batch.response_mask
+        pg_mask = mask
+        if self._loss_masks is not None:
+            pg_mask = mask & self._per_token(self._loss_masks, idx, batch, torch.bool)
+        vr = self._value_rows
+        cols = None
+        if vr is not None:
+            cols = torch.as_tensor(
+                [batch.prompt_width - 1 + vr.pos[i] for i in idx], device=self.device
+            )
         with self.autocast():
             fo = response_forward(
                 self.model,
@@ -294,9 +432,10 @@ class Learner:
                 self.temperature,
                 want_entropy=True,
                 want_hidden=self.value_head is not None,
+                hidden_cols=cols,
             )
         pg, st = ppo_clip_loss(
-            fo.logprobs, batch.old_logprobs, tok_adv, mask, cfg.clip_low, cfg.clip_high
+            fo.logprobs, batch.old_logprobs, tok_adv, pg_mask, cfg.clip_low, cfg.clip_high
         )
         policy = aggregate(pg, mask, cfg.loss_agg, denom)
         loss = policy
@@ -317,8 +456,11 @@ class Learner:
             )
             loss = loss + cfg.kl_coef * kl
         vl = torch.zeros((), device=loss.device)
-        if self.value_head is not None:
-            v = self.value_head(fo.last_hidden.float()).squeeze(-1)
+        if vr is not None:
+            vl = vr.loss(self._three_values(fo), batch.step_rows, old_values, value_denom, cfg)
+            loss = loss + cfg.value_coef * vl
+        elif self.value_head is not None:
+            v = self.value_head(fo.last_hidden.float())[:, 0]
             rows = batch.step_rows
             tgt = torch.as_tensor(returns[rows], dtype=torch.float32, device=self.device)
             old_v = (
@@ -336,6 +478,13 @@ class Learner:
             "value_loss": vl.detach(),
         }
         return loss, terms, st
+
+    def _per_token(self, per_seq, idx, batch: Collated, dtype) -> torch.Tensor:
+        """(B, R) tensor of per-sequence token arrays (0 / False on padding)."""
+        out = np.zeros((len(idx), batch.response_width))
+        for k, i in enumerate(idx):
+            out[k, : len(per_seq[i])] = per_seq[i]
+        return torch.as_tensor(out, dtype=dtype, device=self.device)
 
     def _micro_batches(self, seqs: Sequence[StepSequence], rows: np.ndarray) -> list[list[int]]:
         """Split ``rows`` into micro-batches of similar length (less padding), at most
@@ -386,3 +535,46 @@ class Learner:
             self.value_head.load_state_dict(state["value_head"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.updates = int(state.get("updates", 0))
+
+
+class _ValueRows:
+    """HiPER's three-head value targets for one update: (N, 3) returns, which heads train on which
+    rows (``weights``), and per sequence the response position of V_low (``pos``). Each head's
+    loss is the mean over the mini-batch rows that train it (the reference's masked token-mean
+    with one value token per turn); the three are summed (its high/term coefficients are 1)."""
+
+    def __init__(self, returns: np.ndarray, weights: np.ndarray, pos: list[int]):
+        self.returns, self.weights, self.pos = returns, weights, pos
+
+    @classmethod
+    def make(cls, head, seqs, returns, weights, pos) -> _ValueRows | None:
+        if head is None or head.out_features == 1:
+            return None
+        R = np.asarray(returns, dtype=np.float32)
+        if R.ndim != 2 or R.shape[1] != 3:
+            raise ValueError(f"a 3-output value head needs (N, 3) returns, got {R.shape}")
+        W = np.ones_like(R) if weights is None else np.asarray(weights, dtype=np.float32)
+        if W.shape != R.shape:
+            raise ValueError(f"value_weights has shape {W.shape}, expected {R.shape}")
+        p = [0] * len(seqs) if pos is None else [int(x) for x in pos]
+        if len(p) != len(seqs) or any(
+            not 0 <= x < max(1, len(s.response_ids)) for x, s in zip(p, seqs)
+        ):
+            raise ValueError("value_pos needs one response position per sequence, inside it")
+        return cls(R, W, p)
+
+    def denominators(self, seqs, mb) -> np.ndarray:
+        rows = [seqs[i].step_row for i in mb]
+        return np.maximum(self.weights[rows].sum(0), 1.0)
+
+    def loss(self, pred, rows, old_values, denom, cfg) -> torch.Tensor:
+        dev = pred.device
+        tgt = torch.as_tensor(self.returns[rows], device=dev)
+        w = torch.as_tensor(self.weights[rows], device=dev)
+        old = (
+            torch.as_tensor(np.asarray(old_values, np.float32)[rows], device=dev)
+            if old_values is not None
+            else pred.detach()
+        )
+        per = value_loss(pred, old, tgt, cfg.value_clip) * w
+        return (per.sum(0) / torch.as_tensor(denom, dtype=per.dtype, device=dev)).sum()

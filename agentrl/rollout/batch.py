@@ -21,6 +21,13 @@ def _objects(values: list) -> np.ndarray:
     return out
 
 
+def _column(values: list) -> np.ndarray:
+    """An action format's step column: booleans stay a bool array, anything else objects."""
+    if values and all(isinstance(v, bool) for v in values):
+        return np.asarray(values, dtype=bool)
+    return _objects(values)
+
+
 def to_step_batch(
     episodes: Sequence[EpisodeResult],
     values: np.ndarray | None = None,
@@ -32,7 +39,8 @@ def to_step_batch(
     penalty through their ``invalid_penalty`` option); ``action_key`` is the parsed action, or
     ``"<invalid:reason>"``; ``extras`` carry the ``observation`` text, ``terminated``, the
     sampling ``finish_reason`` and ``next_state_key`` (the state each step led to; GraphGPO links
-    failed rollouts' final states through it).
+    failed rollouts' final states through it), plus the action format's step columns
+    (``ActionFormat.step_extras``; HiPER's ``switch``, ``subgoal``, ``switch_span``).
     """
     cols: dict[str, list] = {
         k: []
@@ -50,6 +58,7 @@ def to_step_batch(
         )
     }
     obs, term, finish, nxt = [], [], [], []
+    fmt_cols: dict[str, list] = {k: [] for ep in episodes for s in ep.steps for k in s.extras}
     seqs: list[StepSequence] = []
     for ep in episodes:
         T = len(ep.steps)
@@ -71,6 +80,8 @@ def to_step_batch(
             term.append(ep.terminated and t == T - 1)
             finish.append(s.finish_reason)
             nxt.append(s.next_state_key)
+            for k, col in fmt_cols.items():
+                col.append(s.extras.get(k))
             seqs.append(StepSequence(s.prompt_ids, s.response_ids, s.logprobs, row, s.allowed))
     batch = StepBatch(
         group=np.asarray(cols["group"], dtype=np.int64),
@@ -90,6 +101,7 @@ def to_step_batch(
             "terminated": np.asarray(term, dtype=bool),
             "finish_reason": np.array(finish, dtype=object),
             "next_state_key": _objects(nxt),
+            **{k: _column(v) for k, v in fmt_cols.items()},
         },
     )
     return batch, seqs

@@ -13,7 +13,7 @@ distribution. Nothing is re-tokenised.
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +54,7 @@ class StepRecord:
     valid: bool  # parsed and accepted by the env
     milestones_new: int
     next_state_key: Hashable = None  # info["state_key"] of the state the step led to
+    extras: dict[str, Any] = field(default_factory=dict)  # the action format's step columns
 
 
 @dataclass
@@ -94,19 +95,19 @@ class RolloutStats:
 
 
 class _ActionTokens:
-    """Cache: admissible action -> its constrained response token ids (template + stop token)."""
+    """Cache: response text -> its constrained response token ids (the text + stop token)."""
 
     def __init__(self, tokenizer, fmt: ActionFormat, stop_id: int):
         self.tokenizer, self.fmt, self.stop_id = tokenizer, fmt, stop_id
         self._cache: dict[str, tuple[int, ...]] = {}
 
-    def __call__(self, action: str) -> tuple[int, ...]:
-        ids = self._cache.get(action)
+    def __call__(self, text: str) -> tuple[int, ...]:
+        ids = self._cache.get(text)
         if ids is None:
-            ids = tuple(
-                self.tokenizer(self.fmt.render(action), add_special_tokens=False)["input_ids"]
-            ) + (self.stop_id,)
-            self._cache[action] = ids
+            ids = tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"]) + (
+                self.stop_id,
+            )
+            self._cache[text] = ids
         return ids
 
 
@@ -122,8 +123,16 @@ def run_episodes(
     constrained: bool = False,
     traj_offset: int = 0,
     stats: RolloutStats | None = None,
+    step_sync: Callable[[int], tuple[int, bool]] | None = None,
 ) -> list[EpisodeResult]:
-    """Play ``len(resets)`` episodes on envs ``0..len(resets)-1`` of ``pool``."""
+    """Play ``len(resets)`` episodes on envs ``0..len(resets)-1`` of ``pool``.
+
+    ``step_sync`` (data-parallel runs, ``agentrl.data_parallel.lockstep``): called once per step
+    with this process's live episode count, it returns the number of live episodes that come
+    before them in the global list and whether any is live anywhere; the requests are numbered
+    from there (``SamplingParams.request_ids``), so each episode samples exactly as it would in
+    one process playing the whole list, and the loop runs until no episode is live anywhere.
+    """
     n = len(resets)
     if n > len(pool):
         raise ValueError(f"{n} episodes for a pool of {len(pool)} envs")
@@ -153,15 +162,28 @@ def run_episodes(
     infos = [i for _, i in first]
     instructions = [str(i.get("instruction", "")) for i in infos]
     history: list[list[Turn]] = [[] for _ in range(n)]
+    memory: list[Any] = [None] * n  # the action format's state per episode (HiPER: the subgoal)
     live = list(range(n))
     base_seed = sampling.seed
     for t in range(max_steps):
-        if not live:
+        first_id = 0
+        if step_sync is not None:
+            first_id, anywhere = step_sync(len(live))
+            if not anywhere:
+                break
+            if not live:
+                continue
+        elif not live:
             break
         t0 = time.perf_counter()
         overflow_before = builder.overflows
         prompts = [
-            builder.build(instructions[k], history[k], obs[k], infos[k].get("admissible_actions"))
+            builder.build(
+                instructions[k],
+                history[k],
+                obs[k] + fmt.prompt_note(memory[k]),
+                infos[k].get("admissible_actions"),
+            )  # fmt: skip
             for k in live
         ]
         stats.prompt_overflows += builder.overflows - overflow_before
@@ -172,9 +194,9 @@ def run_episodes(
             for j, k in enumerate(live):
                 acts = infos[k].get("admissible_actions")
                 if acts:
-                    seqs = [action_tokens(a) for a in acts]
-                    action_of[j] = {s: a for s, a in zip(seqs, acts)}
-                    allowed.append(seqs)
+                    pairs = [(action_tokens(x), a) for a in acts for x in fmt.renders(a, memory[k])]
+                    action_of[j] = dict(pairs)
+                    allowed.append([seq for seq, _ in pairs])
                 else:
                     allowed.append(None)  # open action space: free generation
         t1 = time.perf_counter()
@@ -185,6 +207,13 @@ def run_episodes(
                 **{**sampling.__dict__, "seed": (int(base_seed) * 1_000_003 + t) & 0x7FFFFFFF}
             )
         )
+        if step_sync is not None:
+            step_sampling = SamplingParams(
+                **{
+                    **step_sampling.__dict__,
+                    "request_ids": tuple(range(first_id, first_id + len(live))),
+                }
+            )
         gens = backend.generate(prompts, step_sampling, allowed)
         t2 = time.perf_counter()
         stats.engine_calls += 1
@@ -209,7 +238,9 @@ def run_episodes(
             if not live:
                 stats.prompt_s += t1 - t0
                 stats.generate_s += t2 - t1
-                break
+                if step_sync is None:
+                    break
+                continue
         actions, parsed = [], []
         for j, g in enumerate(gens):
             text = tokenizer.decode(g.token_ids, skip_special_tokens=True)
@@ -256,8 +287,10 @@ def run_episodes(
                     valid=valid,
                     milestones_new=max(0, after - before),
                     next_state_key=info.get("state_key", res.observation),
+                    extras=fmt.step_extras(text),
                 )
             )
+            memory[k] = fmt.remember(memory[k], text)
             stats.prompt_tokens += len(prompts[j])
             stats.response_tokens += len(g.token_ids)
             history[k].append(Turn(obs[k], text))

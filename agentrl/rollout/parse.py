@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["ActionFormat", "ParsedAction"]
 
@@ -83,3 +84,20 @@ class ActionFormat:
 
     def render(self, action: str) -> str:
         return self.template.replace("{action}", action)
+
+    # -- hooks for formats that carry state across turns (HiPER's subgoal; none here) -------------
+    def renders(self, action: str, memory: Any = None) -> list[str]:
+        """Every response that writes ``action`` under constrained decoding, given ``memory``."""
+        return [self.render(action)]
+
+    def prompt_note(self, memory: Any = None) -> str:
+        """Text added after the observation in the prompt (given the format's memory)."""
+        return ""
+
+    def remember(self, memory: Any, response: str) -> Any:
+        """The memory after ``response`` (e.g. the current subgoal)."""
+        return memory
+
+    def step_extras(self, response: str) -> dict[str, Any]:
+        """Per-step columns this format records for the step batch's ``extras``."""
+        return {}

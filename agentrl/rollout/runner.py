@@ -94,10 +94,12 @@ class EpisodeRunner:
         traj_offset: int = 0,
         stats: RolloutStats | None = None,
         on_chunk: Callable[[list[EpisodeResult]], None] | None = None,
+        step_sync: Callable[[int], tuple[int, bool]] | None = None,
     ) -> list[EpisodeResult]:
         """One episode per reset spec, in order, ``len(pool)`` at a time. The chunk starting at
         index ``start`` samples with ``chunk_seed(seed, start)`` and numbers its trajectories from
-        ``traj_offset + start``; ``on_chunk`` sees each chunk's episodes as soon as they end."""
+        ``traj_offset + start``; ``on_chunk`` sees each chunk's episodes as soon as they end;
+        ``step_sync`` is :func:`~agentrl.rollout.loop.run_episodes`'s (data-parallel runs)."""
         size = len(self.pool)
         episodes: list[EpisodeResult] = []
         for start in range(0, len(resets), size):
@@ -112,6 +114,7 @@ class EpisodeRunner:
                 constrained=bool(self.settings.constrained),
                 traj_offset=traj_offset + start,
                 stats=stats,
+                step_sync=step_sync,
             )
             episodes += chunk
             if on_chunk is not None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -68,6 +69,27 @@ class HiperFormat(ActionFormat):
             subgoal_span=None if found["subgoal"] is None else found["subgoal"][1],
             action_span=None if found["action"] is None else found["action"][1],
         )
+
+    def renders(self, action: str, memory: Any = None) -> list[str]:
+        """Constrained decoding can write SWITCH with the action as the new subgoal, or (once a
+        subgoal exists) KEEP with the current subgoal: the subgoal space of free text cannot be
+        enumerated, so these are the two subgoals a constrained response can hold."""
+        out = [f"<switch>SWITCH</switch><subgoal>{action}</subgoal><action>{action}</action>"]
+        if memory:
+            out.append(f"<switch>KEEP</switch><subgoal>{memory}</subgoal><action>{action}</action>")
+        return out
+
+    def prompt_note(self, memory: Any = None) -> str:
+        return "\n\n" + instructions(memory)
+
+    def remember(self, memory: Any, response: str) -> Any:
+        """The current subgoal: the last one written (kept when a response has none)."""
+        sub = self.spans(response).subgoal
+        return sub if sub else memory
+
+    def step_extras(self, response: str) -> dict[str, Any]:
+        s = self.spans(response)
+        return {"switch": s.switch, "subgoal": s.subgoal, "switch_span": s.switch_span is not None}
 
     def parse(self, response: str, finish_reason: str = "stop") -> ParsedAction:
         parsed = super().parse(response, finish_reason)

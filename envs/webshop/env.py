@@ -45,6 +45,8 @@ class WebShopEnv(TextEnv):
     - Tasks: the catalogue's instructions in a fixed order; ``task_ids("test")`` are the first
       500 (as the reference), ``task_ids("train")`` the rest. ``reset(seed=s)`` picks a training
       instruction from ``s``; ``reset(options={"task_id": "17"})`` instruction 17.
+    - Observations: ``observation_mode`` ``"text"`` (default) or ``"text_rich"``, the reference's
+      two text modes (``pages.py``); ``show_attrs`` adds the item page's ``Attributes`` sub-page.
     - Actions: ``search[query]`` on the search page, ``click[label]`` for a clickable of the
       page (case-insensitive). Anything else (unknown label, empty query, brackets inside,
       over ``max_action_chars`` characters, a search box that is not shown) is invalid: the page
@@ -75,8 +77,17 @@ class WebShopEnv(TextEnv):
         cache_dir: str | None = None,
         render_mode: str | None = None,
         reward: dict[str, Any] | None = None,
+        observation_mode: str = "text",
+        show_attrs: bool = False,
     ):
         super().__init__(render_mode, max_text_length=100_000)
+        if observation_mode not in ("text", "text_rich"):
+            raise ValueError(
+                f"observation_mode must be 'text' or 'text_rich', got {observation_mode!r}"
+            )
+        self.observation_mode = observation_mode
+        self.show_attrs = bool(show_attrs)
+        self._visited: set[str] = set()
         self.reward_settings = RewardSettings.from_dict(reward)
         self._title_words = self.reward_settings.title_words()
         announce(self.reward_settings)
@@ -153,6 +164,7 @@ class WebShopEnv(TextEnv):
         self._milestones = []
         self._matching = {}
         self._reward = None
+        self._visited = set()
         self._show(Page())
         return self._text, self._info(True)
 
@@ -191,6 +203,7 @@ class WebShopEnv(TextEnv):
             return False, 0.0
         what, value = self._clicks[arg]
         if what == "back":
+            self._visited = set()  # the reference starts a fresh session state at the search page
             self._show(Page())
         elif what == "next":
             self._show(Page("results", page.query, page.results, page.page_no + 1))
@@ -203,6 +216,7 @@ class WebShopEnv(TextEnv):
                 Page("item", page.query, page.results, page.page_no, page.item, page.options)
             )
         elif what == "item":
+            self._visited.add(self.catalogue.product(value)["asin"].upper())
             self._show(Page("item", page.query, page.results, page.page_no, value))
         elif what == "option":
             opts = dict(page.options)
@@ -234,7 +248,12 @@ class WebShopEnv(TextEnv):
     def _show(self, page: Page) -> None:
         self._page = page
         self._text, self._clicks = render(
-            page, self._goal["instruction_text"], self.catalogue.product
+            page,
+            self._goal["instruction_text"],
+            self.catalogue.product,
+            self.observation_mode,
+            frozenset(self._visited),
+            self.show_attrs,
         )
         self._update_milestones()
 
@@ -321,12 +340,12 @@ class WebShopEnv(TextEnv):
         target = goal["product_index"]
         if page.kind == "search":
             return f"search[{self.catalogue.product(target)['Title'].lower()}]"
-        if page.kind in ("description", "features", "reviews"):
+        if page.kind in ("description", "features", "reviews", "attributes"):
             return f"click[{PREV_PAGE}]"
         if page.kind == "results":
             if target in page.shown():
                 return f"click[{self.catalogue.product(target)['asin'].lower()}]"
-            if target in page.results[page.page_no * 10 :] and page.has_next():
+            if target in page.results[page.page_no * 10 :] and page.has_more():
                 return f"click[{NEXT_PAGE}]"
             if target in page.results[: (page.page_no - 1) * 10]:
                 return f"click[{PREV_PAGE}]"

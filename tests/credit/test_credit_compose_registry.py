@@ -18,6 +18,7 @@ ALL = [
     "graphgpo",
     "grpo",
     "hgpo",
+    "hiper",
     "milestone",
     "rloo",
     "salt",

@@ -24,6 +24,7 @@ MODULES: dict[str, list[dict]] = {
     "gagpo": [{}, {"leave_one_out": True}],
     "bipace": [{}, {"action_baseline": False, "mode": "mean"}],
     "gae": [{}, {"whiten": True}],
+    "hiper": [{}, {"normalize": False, "keep_penalty_mode": "fixed", "bootstrap_truncated": False}],
     "compose": [
         {
             "base": {"name": "grpo", "mode": "mean"},
@@ -50,6 +51,9 @@ def batches(draw, rewards="small"):
             "succ",
             "value",
             "turn",
+            "switch",
+            "vh",
+            "vt",
         )
     }
     constant = draw(st.booleans())  # all rewards of the batch equal: every group all-equal
@@ -77,6 +81,9 @@ def batches(draw, rewards="small"):
                 rows["succ"].append(win)
                 rows["value"].append(draw(st.floats(-5, 5)))
                 rows["turn"].append(draw(st.integers(-1, 1)))
+                rows["switch"].append(draw(st.booleans()))  # HiPER's inputs
+                rows["vh"].append(draw(st.floats(-5, 5)))
+                rows["vt"].append(draw(st.floats(-5, 5)))
             traj += 1
     n = len(rows["t"])
     state = np.array(rows["state"])
@@ -102,6 +109,10 @@ def batches(draw, rewards="small"):
         extras={
             "turn_reward": np.array(rows["turn"], dtype=np.float64),
             "observation": np.array([f"room {s}" for s in state], dtype=object),
+            "switch": np.array(rows["switch"], dtype=bool),
+            "subgoal": np.array([f"go to {s}" for s in state], dtype=object),
+            "value_high": np.array(rows["vh"], dtype=np.float64),
+            "value_term": np.array(rows["vt"], dtype=np.float64),
         },
     )
 
@@ -240,7 +251,13 @@ def test_hgpo_at_k1_groups_exactly_as_gigpo(b):
 
 # -- extreme magnitudes ----------------------------------------------------------------------------
 # Options measured in reward units: scaling the rewards by s scales these with them.
-_REWARD_UNITS = ("invalid_penalty", "success_reward", "reward_scale")
+_REWARD_UNITS = (
+    "invalid_penalty",
+    "success_reward",
+    "reward_scale",
+    "keep_penalty",
+    "keep_consistency_penalty",
+)
 
 
 def _scaled_spec(spec, s: float):
@@ -271,6 +288,8 @@ def _scaled_batch(b: StepBatch, s: float) -> StepBatch:
     """The same batch with every reward-unit column times ``s`` (a power of 2: exact)."""
     extras = dict(b.extras)
     extras["turn_reward"] = extras["turn_reward"] * s
+    extras["value_high"] = extras["value_high"] * s
+    extras["value_term"] = extras["value_term"] * s
     return replace(b, reward=b.reward * s, value=b.value * s, extras=extras)
 
 

@@ -4,11 +4,11 @@ own held-out evaluation of that run."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
-from hydra import compose, initialize_config_module
 
-from agentrl.evaluate import evaluate
 from agentrl.evaluation.model_agent import resolve_model_settings
 from agentrl.rollout import chunk_seed, eval_seed
 
@@ -42,63 +42,57 @@ def test_bad_model_settings(cfg, match):
         resolve_model_settings(cfg)
 
 
-def test_checkpoint_evaluates_as_the_trainer_evaluated_it(tmp_path):
-    from agentrl.config import load_config
-    from agentrl.recipe import train
+def _cli(module: str, *overrides: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *overrides], capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
 
-    run = tmp_path / "run"
-    with initialize_config_module("agentrl.configs", version_base=None):
-        tcfg = compose(
-            "train",
-            [
-                "trainer=smoke",
-                "env.eval_episodes=8",
-                "rollout.tasks_per_iter=2",
-                "rollout.group_size=2",
-                "model.prompt.history=1",
-                f"output_dir={run}",
-            ],
-        )
-        ecfg = compose(
-            "evaluate",
-            [
-                "agent=model",
-                f"agent.path={run / 'checkpoints' / 'final'}",
-                "episodes=8",
-                "num_envs=4",
-                "progress=false",
-                f"output_dir={tmp_path / 'eval'}",
-            ],
-        )
-    train(load_config(tcfg), run)
-    report = evaluate(ecfg)
-    resolved = report.meta["agent_config"]["resolved"]
+
+def test_checkpoint_evaluates_as_the_trainer_evaluated_it(tmp_path):
+    """``python -m agentrl.train`` then ``python -m agentrl.evaluate agent=model`` on its run, with
+    the run's seed and pool size: every episode record (task, reset seed, sampling seed, outcome,
+    steps, return) equals the trainer's own final held-out evaluation. Sampled at temperature 1,
+    so the two paths must also agree on chunking and on the evaluation seed rule."""
+    run, out = tmp_path / "run", tmp_path / "eval"
+    _cli(
+        "agentrl.train",
+        "trainer=smoke",
+        "trainer.eval_initial=false",
+        "env.eval_episodes=6",
+        "rollout.tasks_per_iter=2",
+        "rollout.group_size=2",
+        "rollout.eval_temperature=1.0",
+        "model.prompt.history=1",
+        "seed=3",
+        f"output_dir={run}",
+    )
+    _cli(
+        "agentrl.evaluate",
+        "agent=model",
+        f"agent.path={run}",
+        "agent.temperature=1.0",
+        "episodes=6",
+        "num_envs=4",
+        "seed=3",
+        "progress=false",
+        f"output_dir={out}",
+    )
+    trained = json.loads((run / "summary.json").read_text())["final_eval"]["episodes"]
+    evaluated = json.loads((out / "results.json").read_text())
+    resolved = evaluated["meta"]["agent_config"]["resolved"]
     assert resolved["source"] == str(run) and resolved["model"] == str(
         run / "checkpoints" / "final"
     )
-    assert (
-        resolved["prompt"]["history"] == 1
-        and resolved["constrained"] is True
-        and resolved["max_new_tokens"] == 8
+    assert (resolved["prompt"]["history"], resolved["constrained"], resolved["max_new_tokens"]) == (
+        1,
+        True,
+        8,
     )
-    trained = json.loads((run / "summary.json").read_text())["final_eval"]["episodes"]
-
-    def key(e):
-        return (
-            e["task_id"],
-            e["category"],
-            e["won"],
-            e["steps"],
-            e["invalid_actions"],
-            e["score"],
-            e["truncated"],
-        )
-
-    assert [key(e) for e in trained] == [key(r.to_dict()) for r in report.records]
-    # every chunk of num_envs tasks samples with the trainer's held-out seed rule
-    assert [r.agent_seed for r in report.records] == [chunk_seed(eval_seed(0), 0)] * 4 + [
-        chunk_seed(eval_seed(0), 4)
-    ] * 4
-    assert [r.total_reward for r in report.records] == pytest.approx(
-        [e["total_reward"] for e in trained]
-    )
+    # chunks of 4 tasks, each sampled with the trainer's held-out seed rule
+    seeds = [chunk_seed(eval_seed(3), 0)] * 4 + [chunk_seed(eval_seed(3), 4)] * 2
+    assert [e["agent_seed"] for e in evaluated["episodes"]] == seeds
+    assert [e["seed"] for e in evaluated["episodes"]] == [
+        t["seed"] for t in evaluated["meta"]["tasks"]
+    ]
+    assert evaluated["episodes"] == trained

@@ -184,6 +184,12 @@ def ranks_main(tiny_path: str, out: str) -> None:
     res["resumed"] = {"params": full_params(learner), "meta": meta, "updates": learner.updates}
     run_update(learner, tok, rk, world, seed=1)
     res["resumed_next"] = full_params(learner)
+    # 1 -> 2 from a one-process Learner.state_dict() (the recipe's torch.save checkpoints)
+    learner, tok = make_learner(tiny_path, "full", sharded=True)
+    learner.load_state_dict(torch.load(Path(out) / "plain.pt", weights_only=False))
+    res["plain"] = {"params": full_params(learner), "updates": learner.updates}
+    run_update(learner, tok, rk, world, seed=1)
+    res["plain_next"] = full_params(learner)
     if rk == 0:
         torch.save(res, Path(out) / "ranks.pt")
 
@@ -246,6 +252,65 @@ def data_parallel_main(out: str) -> None:
             {"batch": batch, "stats": stats, "episodes": gathered, "parts": parts},
             Path(out) / "dp.pt",
         )
+
+
+SOKOBAN = ("Sokoban-v0", {"dim_room": 5, "open_room": True, "search_depth": 1, "max_steps": 10})
+
+
+def play_share(tiny_path: str, groups: int, group_size: int, seed: int):
+    """Play ``groups`` Sokoban groups with the tiny model: all of them in one process, or this
+    rank's share in lockstep under a process group. Returns the episodes (global ids)."""
+    from agentrl import data_parallel as P
+    from agentrl.backends.hf import HFBackend
+    from agentrl.models import load_model
+    from agentrl.pool import EnvPool, EnvSpec
+    from agentrl.rollout import (
+        ActionFormat,
+        EpisodeRunner,
+        PromptBuilder,
+        PromptConfig,
+        ResetSpec,
+        RunnerSettings,
+    )
+
+    torch.manual_seed(0)
+    model, tok, _ = load_model(tiny_path)
+    resets = [ResetSpec(g, seed=40 + g) for g in range(groups) for _ in range(group_size)]
+    mine, start = P.local_share(resets, group_size)
+    builder = PromptBuilder(
+        tok,
+        PromptConfig(instruction=False, history=0, admissible_actions=False, observation_prefix=""),
+    )
+    runner = EpisodeRunner(
+        EnvPool([EnvSpec(*SOKOBAN)] * len(mine)),
+        HFBackend(model, tok.pad_token_id),
+        builder,
+        ActionFormat(),
+        tok,
+        RunnerSettings(max_steps=10, max_new_tokens=8, constrained=True),
+    )
+    try:
+        return runner.play(
+            mine, temperature=1.0, seed=seed, traj_offset=start, step_sync=P.lockstep()
+        )
+    finally:
+        runner.close()
+
+
+def rollout_main(tiny_path: str, out: str) -> None:
+    from agentrl.data_parallel import gather_episodes
+    from agentrl.distributed import rank
+
+    eps = gather_episodes(play_share(tiny_path, 3, 4, seed=11))
+    if rank() == 0:
+        torch.save(eps, Path(out) / "eps.pt")
+
+
+def all_main(tiny_path: str, out: str) -> None:
+    """Everything the 2-rank tests check, in one launch (starting ranks is the slow part)."""
+    ranks_main(tiny_path, out)
+    data_parallel_main(out)
+    rollout_main(tiny_path, out)
 
 
 def failing_main(out: str) -> None:

@@ -114,10 +114,11 @@ def two_ranks(tiny_path, tmp_path_factory):
         single[name] = {"params": W.full_params(learner), "metrics": metrics}
         if name == "full":
             checkpoint.save_learner(learner, out / "ckpt1", {"iteration": 1, "history": [1.5]})
+            torch.save(learner.state_dict(), out / "plain.pt")
             W.run_update(learner, tok, 0, 1, seed=1)
             single["full_next"] = W.full_params(learner)
     t0 = time.monotonic()
-    W.launch(W.ranks_main, 2, tiny_path, str(out), timeout=300)
+    W.launch(W.all_main, 2, tiny_path, str(out), timeout=600)
     ranks = torch.load(out / "ranks.pt", weights_only=False)
     return single, ranks, out, time.monotonic() - t0
 
@@ -164,6 +165,14 @@ def test_resume_one_process_checkpoint_on_two_ranks(two_ranks):
     _close(single["full"]["params"], ranks["resumed"]["params"], "1->2 loaded")
     # the optimiser state came along: one more update matches the uninterrupted process
     _close(single["full_next"], ranks["resumed_next"], "1->2 next update")
+
+
+def test_resume_one_process_state_dict_on_two_ranks(two_ranks):
+    """The recipe's one-process checkpoint (Learner.state_dict) loads into the shards."""
+    single, ranks, _, _ = two_ranks
+    assert ranks["plain"]["updates"] == 1
+    _close(single["full"]["params"], ranks["plain"]["params"], "plain 1->2 loaded")
+    _close(single["full_next"], ranks["plain_next"], "plain 1->2 next update")
 
 
 def test_resume_two_rank_checkpoint_in_one_process(tiny_path, two_ranks):
@@ -261,11 +270,10 @@ def test_fsdp_gpu_script_runs_on_cpu_at_tiny_size(tmp_path):
 
 
 # -- the recipe's data-parallel steps ----------------------------------------------------------
-def test_data_parallel_steps_on_two_ranks(tmp_path):
+def test_data_parallel_steps_on_two_ranks(two_ranks):
     from agentrl.rollout import to_step_batch
 
-    W.launch(W.data_parallel_main, 2, str(tmp_path), timeout=240)
-    got = torch.load(tmp_path / "dp.pt", weights_only=False)
+    got = torch.load(two_ranks[2] / "dp.pt", weights_only=False)
     resets, eps = W.episodes()
     whole, seqs = to_step_batch(eps)
     batch = got["batch"]
@@ -304,3 +312,16 @@ def test_data_parallel_steps_in_one_process():
     assert P.reduce_stats(st) is st
     with pytest.raises(ValueError, match="whole groups of group_size=4"):
         P.local_share(resets, 4)
+
+
+def test_sharded_rollouts_sample_as_one_process(tiny_path, two_ranks):
+    """3 groups of 4 Sokoban rollouts: 2 ranks in lockstep (uneven shares: 2 and 1 groups) play
+    exactly the episodes one process plays, action for action."""
+    single = W.play_share(tiny_path, 3, 4, seed=11)
+    ranks = torch.load(two_ranks[2] / "eps.pt", weights_only=False)
+    assert [(e.group, e.traj) for e in ranks] == [(e.group, e.traj) for e in single]
+    assert [[s.response for s in e.steps] for e in ranks] == [
+        [s.response for s in e.steps] for e in single
+    ]
+    assert [(e.won, e.total_reward) for e in ranks] == [(e.won, e.total_reward) for e in single]
+    assert len({len(e.steps) for e in single}) > 1  # episodes end at different steps

@@ -69,3 +69,69 @@ def test_bad_arguments():
         sample_informative(draw, returns, 1, group_size=1, max_extra_rollouts=0, when_short="x")
     with pytest.raises(ValueError, match="max_extra_rollouts"):
         sample_informative(draw, returns, 1, group_size=1, max_extra_rollouts=-1)
+
+
+# -- in the training recipe (rollout.dynamic_sampling) ---------------------------------------------
+
+
+def _group_returns(cfg, group):
+    return [ep.total_reward + cfg.env.invalid_penalty * ep.invalid_actions for ep in group]
+
+
+def test_play_iteration_keeps_informative_groups_and_counts_the_draws():
+    from agentrl.config import load_config
+    from agentrl.iteration import play_iteration
+    from agentrl.recipe import build
+    from agentrl.rollout import RolloutStats
+
+    from .helpers import SMOKE, make_cfg
+
+    cfg = load_config(make_cfg(*SMOKE, "rollout.tasks_per_iter=4", "env.max_steps=4"))
+    parts = build(cfg)
+    try:
+        plain, none = play_iteration(cfg, 0, parts.train_ids, parts.runner, RolloutStats())
+        cfg.rollout.dynamic_sampling, cfg.rollout.max_extra_rollouts = True, 16
+        eps, m = play_iteration(cfg, 0, parts.train_ids, parts.runner, RolloutStats())
+    finally:
+        parts.runner.close()
+    assert none == {}
+    G, n = cfg.rollout.group_size, cfg.rollout.tasks_per_iter
+    groups = [eps[i : i + G] for i in range(0, len(eps), G)]
+    assert len(groups) == n and all(len({ep.group for ep in g}) == 1 for g in groups)
+    assert len({ep.traj for ep in eps}) == len(eps)  # trajectory ids stay unique across draws
+    informative = [is_informative(_group_returns(cfg, g)) for g in groups]
+    assert sum(informative) == n - m["rollout/dynamic_sampling/short"]
+    assert m["rollout/dynamic_sampling/extra_rollouts"] <= 16
+    drawn = m["rollout/dynamic_sampling/drawn_rollouts"]
+    assert drawn == n * G + m["rollout/dynamic_sampling/extra_rollouts"]
+    # The first draw is the iteration's usual rollout: its informative groups are all kept.
+    first = [plain[i : i + G] for i in range(0, len(plain), G)]
+    kept_first = [g for g in first if is_informative(_group_returns(cfg, g))]
+    dropped = m["rollout/dynamic_sampling/dropped_groups"]
+    assert len(first) - len(kept_first) <= dropped
+    for g in kept_first:
+        assert any(
+            [ep.total_reward for ep in h] == [ep.total_reward for ep in g]
+            and h[0].group == g[0].group
+            for h in groups
+        )
+
+
+def test_smoke_run_with_dynamic_sampling(tmp_path):
+    import json
+
+    from agentrl.config import load_config
+    from agentrl.recipe import train
+
+    from .helpers import SMOKE, make_cfg
+
+    overrides = ["rollout.dynamic_sampling=true", "rollout.max_extra_rollouts=8"]
+    cfg = load_config(make_cfg(*SMOKE, *overrides, "trainer.eval_initial=false"))
+    train(cfg, tmp_path)
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    train_rows = [r for r in rows if r["phase"] == "train"]
+    assert len(train_rows) == 2
+    for r in train_rows:
+        for k in ("dropped_groups", "extra_rollouts", "drawn_rollouts", "rounds", "short"):
+            assert f"rollout/dynamic_sampling/{k}" in r
+        assert r["rollout/dynamic_sampling/extra_rollouts"] <= 8

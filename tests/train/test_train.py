@@ -18,6 +18,9 @@ from agentrl.recipe import TrainingStopped, train
 
 from .helpers import SMOKE, make_cfg, options
 
+#: What a module needs beyond the smoke settings (HiPER's three spans need more response tokens).
+MODULE_OVERRIDES = {"hiper": ["model.max_new_tokens=64"]}
+
 
 def _run(tmp_path, *overrides):
     return train(load_config(make_cfg(*SMOKE, *overrides)), tmp_path)
@@ -71,6 +74,7 @@ def test_smoke_per_credit_module(tmp_path, name, monkeypatch):
     summary = _run(
         tmp_path,
         f"credit={name}",
+        *MODULE_OVERRIDES.get(name, []),
         "trainer.eval_initial=false",
         "env.eval_episodes=2",
         "rollout.tasks_per_iter=4",

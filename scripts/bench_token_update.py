@@ -1,0 +1,82 @@
+"""Update-time overhead of the token shapers on the default run, measured in one process.
+
+    PYTHONPATH=. python scripts/bench_token_update.py [--repeats 3] [key=value ...]
+
+Builds the default run (``python -m agentrl.train`` with no overrides: tiny model, Sokoban, GiGPO,
+16 tasks x 8 rollouts), plays one training iteration and computes its credit, then times step 4
+of the recipe (``token_credit.update_inputs`` + ``Learner.update``) on that same batch: the
+baseline (``credit.token=null``, the step advantage broadcast) and each shaper, interleaved, every
+timed update starting from the same weights and optimiser state. Reports the median CPU time
+(``time.process_time``) and wall time per variant and the ratio to the baseline. Extra arguments
+are config overrides (e.g. ``rollout.tasks_per_iter=4`` for a quick check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import time
+
+import numpy as np
+from agentrl.credit import token_shapers
+
+from agentrl import credit
+from agentrl.config import load_config
+from agentrl.iteration import credit_options, features, play_iteration
+from agentrl.recipe import build
+from agentrl.rollout import RolloutStats, to_step_batch
+from agentrl.token_credit import update_inputs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("overrides", nargs="*")
+    args = ap.parse_args()
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module("agentrl.configs", version_base=None):
+        # progress needs the reference policy: build with it (the baseline ignores it)
+        raw = compose("train", overrides=["credit.token=progress", *args.overrides])
+    cfg = load_config(raw)
+    parts = build(cfg)
+    try:
+        t0 = time.perf_counter()
+        eps, _ = play_iteration(cfg, 0, parts.train_ids, parts.runner, RolloutStats())
+        print(f"rollout: {len(eps)} episodes in {time.perf_counter() - t0:.1f} s")
+    finally:
+        parts.runner.close()
+    values, embs = features(
+        parts.learner, parts.model, eps, parts.needs, cfg.credit.embedding_layer
+    )
+    batch, seqs = to_step_batch(eps, values=values, embeddings=embs)
+    res = credit.compute(batch, cfg.credit.name, **credit_options(cfg))
+    n_tok = sum(len(s.response_ids) for s in seqs)
+    print(f"batch: {len(seqs)} steps, {n_tok} response tokens, credit={cfg.credit.name}")
+    learner = parts.learner
+    start = copy.deepcopy(learner.state_dict())
+    variants = [None, *token_shapers.available()]
+    cpu: dict[str | None, list[float]] = {v: [] for v in variants}
+    wall: dict[str | None, list[float]] = {v: [] for v in variants}
+    for rep in range(args.repeats + 1):  # the first round warms up and is not counted
+        for v in variants:
+            learner.load_state_dict(copy.deepcopy(start))
+            cfg.credit.token = v
+            c0, w0 = time.process_time(), time.perf_counter()
+            kw, _ = update_inputs(cfg, learner, parts.tokenizer, eps, batch, seqs, res)
+            learner.update(seqs, res.advantages, seed=3, **kw)
+            if rep:
+                cpu[v].append(time.process_time() - c0)
+                wall[v].append(time.perf_counter() - w0)
+    base_c, base_w = np.median(cpu[None]), np.median(wall[None])
+    print("| credit.token | update CPU s | ratio | update wall s | ratio |")
+    print("|---|---|---|---|---|")
+    for v in variants:
+        c, w = np.median(cpu[v]), np.median(wall[v])
+        print(
+            f"| {v or 'null (baseline)'} | {c:.2f} | {c / base_c:.3f} | {w:.2f} | {w / base_w:.3f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
