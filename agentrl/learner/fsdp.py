@@ -298,6 +298,7 @@ class FSDPLearner(Learner):
                 f"every global step row must be held by exactly one rank; rows {bad} are not"
             )
         ref = self.logprobs(seqs, reference=True) if cfg.kl_coef > 0 else None
+        self._apply_lr_schedule()
         rng = np.random.default_rng(seed)
         self.model.train()
         sums: dict[str, float] = {}
@@ -314,6 +315,7 @@ class FSDPLearner(Learner):
                     counts[k] = counts.get(k, 0) + 1
         self.updates += 1
         self._check_parameters()
+        sums["lr"], counts["lr"] = self.optimizer.param_groups[0]["lr"], 1
         return {k: v / counts[k] for k, v in sums.items()}
 
     def _sharded_minibatch_step(

@@ -302,15 +302,20 @@ class Learner:
         finally:
             self._token_adv = self._loss_masks = self._value_rows = None
 
+    def _apply_lr_schedule(self) -> None:
+        """Set this update's learning rates from the schedule (no-op when constant)."""
+        if self.lr_schedule.is_constant:
+            return
+        factor = self.lr_factor()
+        for group in self.optimizer.param_groups:
+            # The base rate travels in the optimizer state (as torch's schedulers keep it),
+            # so a resumed run scales the same base.
+            group["lr"] = group.setdefault("initial_lr", group["lr"]) * factor
+
     def _epochs(self, seqs, adv, returns, old_values, seed) -> dict[str, float]:
         cfg = self.cfg
         ref = self.logprobs(seqs, reference=True) if cfg.kl_coef > 0 else None
-        if not self.lr_schedule.is_constant:
-            factor = self.lr_factor()
-            for group in self.optimizer.param_groups:
-                # The base rate travels in the optimizer state (as torch's schedulers keep it),
-                # so a resumed run scales the same base.
-                group["lr"] = group.setdefault("initial_lr", group["lr"]) * factor
+        self._apply_lr_schedule()
         rng = np.random.default_rng(seed)
         self.model.train()
         sums: dict[str, float] = {}
