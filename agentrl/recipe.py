@@ -95,8 +95,9 @@ def build(cfg: TrainConfig) -> Parts:
     if dist.world_size > r.tasks_per_iter:
         raise ValueError(f"rollout.tasks_per_iter={r.tasks_per_iter} is below the {dist.world_size} "
                          "ranks of torchrun: every rank needs at least one task group")  # fmt: skip
-    if dist.distributed and r.dynamic_sampling:
-        raise ValueError("rollout.dynamic_sampling is not supported under torchrun yet")
+    if dist.distributed and (r.dynamic_sampling or cfg.credit.token is not None):
+        raise ValueError("rollout.dynamic_sampling and credit.token are not supported under "
+                         "torchrun yet (docs/distributed.md)")  # fmt: skip
     tiny = asdict(m.tiny) if m.tiny is not None and m.name == "tiny" else None
     model, tok, model_path = load_model(m.name, tiny=tiny, dtype=m.dtype, device=device)
     if m.gradient_checkpointing:  # activations recomputed in the backward pass: less memory
@@ -107,6 +108,9 @@ def build(cfg: TrainConfig) -> Parts:
                            target_modules=lo.target_modules)  # fmt: skip
     options = credit_options(cfg)
     needs = credit.needs(cfg.credit.name, **options)
+    if dist.distributed and "value_high" in needs:
+        raise ValueError(f"credit={cfg.credit.name} (HiPER's value heads) is not supported under "
+                         "torchrun yet (docs/distributed.md)")  # fmt: skip
     engine_model = None
     kw = dict(value_head="value" in needs, temperature=r.temperature,
               value_outputs=3 if "value_high" in needs else 1,

@@ -381,3 +381,26 @@ def test_default_config_under_torchrun_matches_one_process(tmp_path):
     )  # fmt: skip
     resumed = _rows(tmp_path / "resumed", "train")
     assert [r["train/success_rate"] for r in resumed] == [r["train/success_rate"] for r in one_rows]
+
+
+def test_gigpo_alfworld_recipe_config_composes():
+    """configs/experiment/gigpo-alfworld-qwen2.5-1.5b.yaml: valid keys, the published values."""
+    from agentrl.config import load_config
+
+    from .helpers import make_cfg
+
+    cfg = load_config(
+        make_cfg("+experiment=gigpo-alfworld-qwen2.5-1.5b", "model.name=/models/qwen-1.5b")
+    )
+    assert (cfg.env.id, cfg.credit.name, cfg.rollout.backend) == ("ALFWorld-v0", "gigpo", "vllm")
+    assert (cfg.rollout.tasks_per_iter, cfg.rollout.group_size, cfg.trainer.iterations) == (
+        16,
+        8,
+        150,
+    )
+    assert (cfg.trainer.lr, cfg.trainer.kl_coef, cfg.credit.options["gamma"]) == (1e-6, 0.01, 0.95)
+    assert (cfg.env.max_steps, cfg.env.invalid_penalty, cfg.rollout.eval_temperature) == (
+        50,
+        -0.1,
+        0.4,
+    )
