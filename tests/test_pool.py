@@ -292,3 +292,32 @@ def test_a_pool_that_starts_ray_shuts_it_down():
     started, left = out.stdout.split("STARTED", 1)[1].split("LEFT")
     assert int(started) >= 3  # at least the GCS, the raylet and the two actors' workers
     assert not left.split(), f"still running after close(): {left}"
+
+
+def test_random_faults_are_contained(backend):
+    # A short fault-injection campaign (scripts/fuzz_pool.py runs the long one): every fault is
+    # reported on its own episode, nothing raises out of the pool, no call overruns its deadline,
+    # and no healthy worker's episode is cut.
+    from pool_faults import run_campaign
+
+    rounds = 8 if backend == "process" else 5
+    counts = run_campaign(
+        lambda: open_pool(backend, [fragile] * 6, 3, step_timeout=1.0),
+        backend,
+        6,
+        3,
+        rounds,
+        0,
+        1.0,
+    )
+    assert counts["tried"] > 0 and counts["clear_error"] == counts["tried"], counts
+    assert counts["crashed"] == counts["hung"] == counts["collateral"] == 0, counts
+    assert counts["wrong_cause"] == 0, counts
+
+
+def test_every_env_config_ships_a_finite_step_timeout():
+    # One hung env must not block a run forever (docs/architecture.md says how each was measured).
+    for path in sorted((ROOT / "configs" / "env").glob("*.yaml")):
+        line = next(ln for ln in path.read_text().splitlines() if ln.startswith("step_timeout:"))
+        value = float(line.split(":", 1)[1].split("#")[0])
+        assert 0 < value < 3600 and math.isfinite(value), path.name
