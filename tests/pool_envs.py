@@ -15,7 +15,7 @@ class FragileSokoban(SokobanEnv):
     """Sokoban that misbehaves on request.
 
     "die" ends its process (exit code 3), "segfault" crashes it in native code, "sigkill" kills it,
-    "raise" raises, "sleep" hangs for 30 s, "unpicklable" returns an ``info`` holding a lock (which
+    "raise" raises, "sleep" hangs for 30 s, "nap" takes 1.2 s, "unpicklable" returns an ``info`` holding a lock (which
     pickle rejects); other actions play Sokoban.
     """
 
@@ -30,6 +30,9 @@ class FragileSokoban(SokobanEnv):
             raise RuntimeError("boom")
         if action == "sleep":
             time.sleep(30)
+        if action == "nap":  # slow but legitimate
+            time.sleep(1.2)
+            action = "up"
         if action == "unpicklable":
             obs, reward, terminated, truncated, info = super().step("up")
             return obs, reward, terminated, truncated, dict(info, handle=threading.Lock())

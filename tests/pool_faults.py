@@ -65,7 +65,8 @@ def run_campaign(
                 counts["crashed"] += 1
                 counts[f"crash: {type(exc).__name__}: {exc}"[:200]] += 1
                 break
-            if time.monotonic() - start > timeout + 5.0:
+            per_worker = -(-num_envs // num_groups)  # the deadline is per env of a worker
+            if time.monotonic() - start > timeout * per_worker + 5.0:
                 counts["hung"] += 1
             cut = []
             for i, (a, res) in enumerate(zip(actions, results)):
