@@ -136,3 +136,40 @@ def rollout_replica(model):
     for p in replica.parameters():
         p.requires_grad_(False)
     return replica
+
+
+def reduce_times(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with its per-rank measurements combined: ``time/`` and ``mem/`` the largest rank's
+    (wall time is the slowest rank's), ``cpu/`` summed (the job's CPU time). Every other value is
+    already global (gathered episodes, the global batch's credit, the sharded update's losses)."""
+    if not D.is_distributed():
+        return row
+    local = {k: v for k, v in row.items() if k.startswith(("time/", "mem/", "cpu/"))}
+    return {**row, **D.reduce_metrics(local)}
+
+
+class RankLog:
+    """The metrics log of a rank other than 0: keeps the history (checkpoints store it), writes
+    nothing (rank 0 writes ``metrics.jsonl`` and TensorBoard)."""
+
+    def __init__(self, history: list[dict]):
+        self.history = history
+
+    def __call__(self, row: dict[str, Any]) -> None:
+        self.history.append(row)
+
+    def close(self) -> None:
+        pass
+
+
+class QuietProgress:
+    """The progress bar of a rank other than 0: silent (one bar per job, rank 0's)."""
+
+    def update(self, done: int, row: dict) -> None:
+        pass
+
+    def note(self, text: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

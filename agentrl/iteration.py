@@ -10,6 +10,7 @@ import numpy as np
 
 from . import credit
 from .config import TrainConfig
+from .data_parallel import local_share, lockstep
 from .dynamic_sampling import sample_informative
 from .evaluation.tasks import eval_resets, make_tasks
 from .learner import Learner
@@ -80,9 +81,12 @@ def play_iteration(
     """
     r = cfg.rollout
     if not r.dynamic_sampling:
-        resets = train_resets(cfg, it, train_ids)
+        # torchrun: this rank's groups, stepped in lockstep with the other ranks so every episode
+        # samples as in one process (agentrl.data_parallel); one process: all groups
+        resets, first = local_share(train_resets(cfg, it, train_ids), r.group_size)
         seed = chunk_seed(cfg.seed, it, 2)
-        return runner.play(resets, temperature=r.temperature, seed=seed, stats=stats), {}
+        return runner.play(resets, temperature=r.temperature, seed=seed, traj_offset=first,
+                           stats=stats, step_sync=lockstep()), {}  # fmt: skip
     played = {"draws": 0, "groups": 0, "episodes": 0}
 
     def draw(k: int) -> list[list[EpisodeResult]]:

@@ -16,8 +16,9 @@ Failures never take the pool down:
   every episode it held ends as truncated with ``info["error"]`` saying what happened, and must
   be reset.
 
-``step_timeout`` is one deadline per call: every worker answers within it, however many of them
-hang. Building the envs (at start and after a restart) is not timed; it happens before a
+``step_timeout`` is seconds per env call, and each call has one deadline: ``step_timeout`` times
+the number of the call's envs on the busiest worker (a worker runs its envs one after another);
+every worker answers by then, however many of them hang. Building the envs (at start and after a restart) is not timed; it happens before a
 worker's first call.
 
 The pool imports no torch; it is shared by training, evaluation and benchmarks.
@@ -316,8 +317,22 @@ class BasePool:
         """Send, wait (one deadline), restart failures: (replies, {group: why it failed})."""
         raise NotImplementedError
 
-    def _deadline(self) -> float | None:
-        return None if self.step_timeout is None else time.monotonic() + self.step_timeout
+    def _deadline(self, by_group: dict[int, list]) -> tuple[float | None, str]:
+        """The call's one deadline: ``step_timeout`` per env of the busiest worker in the call.
+
+        A worker runs its envs of a call one after another, so a worker holding k of them gets
+        k x ``step_timeout``; every worker shares that deadline, so hung workers never add up.
+        """
+        if self.step_timeout is None:
+            return None, ""
+        most = max((len(items) for items in by_group.values()), default=1)
+        limit = self.step_timeout * most
+        return (
+            time.monotonic() + limit,
+            f"timed out after {limit:g} s (step_timeout {self.step_timeout:g} s x {most} envs)"
+            if most > 1
+            else f"timed out after {limit:g} s",
+        )
 
 
 # -- worker processes ---------------------------------------------------------------------------
@@ -344,8 +359,9 @@ class EnvPool(BasePool):
         env_fns: one picklable zero-argument callable per env (e.g. :class:`EnvSpec`).
         num_workers: worker processes; 0 keeps every env in this process.
         mp_context: multiprocessing start method (``"forkserver"``, ``"spawn"`` or ``"fork"``).
-        step_timeout: seconds every worker has to answer one call before the late ones are killed
-            and restarted (``None``: wait forever). Not enforced with 0 workers.
+        step_timeout: seconds per env call; a call's deadline is this times the most envs any one
+            worker holds in the call, shared by all workers; late workers are killed and
+            restarted (``None``: wait forever). Not enforced with 0 workers.
     """
 
     def __init__(
@@ -411,17 +427,14 @@ class EnvPool(BasePool):
                 pending[self._workers[w].conn] = w
             except (BrokenPipeError, OSError):
                 failed[w] = self._death(w)
-        deadline = self._deadline()
+        deadline, late = self._deadline(by_group)
         while pending:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             sentinels = {self._workers[w].process.sentinel: w for w in pending.values()}
             ready = wait([*pending, *sentinels], timeout=left)
             if not ready:  # the deadline passed: every worker still pending is late
                 for w in pending.values():
-                    failed[w] = (
-                        f"worker {w} (pid {self._workers[w].process.pid}) timed out after "
-                        f"{self.step_timeout} s"
-                    )
+                    failed[w] = f"worker {w} (pid {self._workers[w].process.pid}) {late}"
                 break
             for obj in ready:
                 w = pending.get(obj, sentinels.get(obj))

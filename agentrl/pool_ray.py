@@ -2,10 +2,10 @@
 
 Env ``i`` lives in actor ``i % num_actors`` (``num_actors = ceil(N / envs_per_actor)``); every call
 sends one batched task per actor, so actors step their envs concurrently, and waits for all of them
-under one ``step_timeout`` deadline. Failures are contained as in the process pool: an env that
-raises ends its episode; an actor that dies (``ray.kill``, a crash of its process, a lost node) or
-misses the deadline is killed and replaced by a fresh one, and every episode it held ends as
-truncated with ``info["error"]``.
+under one deadline (``step_timeout`` per env of the busiest actor in the call). Failures are
+contained as in the process pool: an env that raises ends its episode; an actor that dies
+(``ray.kill``, a crash of its process, a lost node) or misses the deadline is killed and replaced
+by a fresh one, and every episode it held ends as truncated with ``info["error"]``.
 
 Results travel as plain ``pickle`` bytes (not Ray's serializer), so the same objects can or cannot
 cross in both backends, and an unpicklable ``info`` ends only its own episode.
@@ -74,8 +74,9 @@ class RayEnvPool(BasePool):
         env_fns: one picklable zero-argument callable per env (e.g. ``EnvSpec``).
         envs_per_actor: envs held by one actor (``env.ray.envs_per_actor``).
         actor_num_cpus: CPUs each actor reserves (``env.ray.num_cpus``); fractions allowed.
-        step_timeout: seconds every actor has to answer one call before the late ones are killed
-            and replaced (``None``: wait forever).
+        step_timeout: seconds per env call; a call's deadline is this times the most envs any one
+            actor holds in the call, shared by all actors; late actors are killed and replaced
+            (``None``: wait forever).
         address: Ray address (``env.ray.address``); ``None``: ``RAY_ADDRESS`` or a local Ray.
         actor_options: extra ``ray.remote`` options for the actors (e.g. ``{"resources":
             {"envs": 1}}`` to place them on nodes that advertise an ``envs`` resource).
@@ -104,7 +105,7 @@ class RayEnvPool(BasePool):
         self._actors: list[Any] = []
         self._pids: list[int | None] = []
         self._ray = _import_ray()
-        self._owns_ray = self._connect(address)
+        self._owns_ray = self._connect(address, self.num_actors * actor_num_cpus)
         try:
             self._check_resources(actor_num_cpus)
             options = {"num_cpus": actor_num_cpus, "max_restarts": 0, "max_concurrency": 1}
@@ -143,8 +144,13 @@ class RayEnvPool(BasePool):
         return list(self._actors)
 
     # -- internals -----------------------------------------------------------------------------
-    def _connect(self, address: str | None) -> bool:
-        """Join or start Ray; True when this pool started it (and so must shut it down)."""
+    def _connect(self, address: str | None, cpus_needed: float) -> bool:
+        """Join or start Ray; True when this pool started it (and so must shut it down).
+
+        A local Ray started here offers at least the CPUs this pool's actors reserve (like worker
+        processes, more actors than cores share the cores), and its workers get this process's
+        ``sys.path``.
+        """
         ray = self._ray
         address = address or os.environ.get("RAY_ADDRESS") or None
         if ray.is_initialized():
@@ -152,27 +158,23 @@ class RayEnvPool(BasePool):
         if address:
             ray.init(address=address, log_to_driver=False)
             return False
-        paths = [p for p in sys.path if p and os.path.isdir(p)]
+        paths = [os.path.abspath(p or os.curdir) for p in sys.path]
         ray.init(
+            num_cpus=max(os.cpu_count() or 1, math.ceil(cpus_needed)),
             include_dashboard=False,
             log_to_driver=False,
-            runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(paths)}},
+            runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}},
         )
         return True
 
     def _check_resources(self, num_cpus: float) -> None:
+        """Fail before any actor starts when the cluster cannot place them all at once."""
         total = float(self._ray.cluster_resources().get("CPU", 0.0))
-        if num_cpus > total:
-            raise ValueError(
-                f"env.ray.num_cpus={num_cpus}: one actor asks for more CPUs than the Ray cluster "
-                f"has ({total:g}); lower env.ray.num_cpus"
-            )
         if num_cpus * self.num_actors > total:
-            warnings.warn(
-                f"{self.num_actors} env actors x env.ray.num_cpus={num_cpus} exceed the cluster's "
-                f"{total:g} CPUs: some actors wait until CPUs free up (raise env.ray.envs_per_actor "
-                "or lower env.ray.num_cpus)",
-                stacklevel=3,
+            raise ValueError(
+                f"{self.num_actors} env actors x env.ray.num_cpus={num_cpus:g} CPUs exceed the "
+                f"Ray cluster's {total:g} CPUs: raise env.ray.envs_per_actor (now "
+                f"{self.envs_per_actor}), lower env.ray.num_cpus, or add nodes"
             )
 
     def _start(self, a: int):
@@ -210,7 +212,7 @@ class RayEnvPool(BasePool):
         ray = self._ray
         self._await_ready(list(by_group))
         refs = {self._actors[a].run.remote(op, items): a for a, items in by_group.items()}
-        deadline = self._deadline()
+        deadline, late_why = self._deadline(by_group)
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         done, late = ray.wait(list(refs), num_returns=len(refs), timeout=left)
         replies: list[Reply] = []
@@ -223,7 +225,7 @@ class RayEnvPool(BasePool):
                 failed[a] = f"actor {a} (pid {self._pids[a]}) died: {_short(exc)}"
         for ref in late:
             a = refs[ref]
-            failed[a] = f"actor {a} (pid {self._pids[a]}) timed out after {self.step_timeout} s"
+            failed[a] = f"actor {a} (pid {self._pids[a]}) {late_why}"
         for a in failed:
             with contextlib.suppress(Exception):
                 ray.kill(self._actors[a], no_restart=True)

@@ -13,6 +13,11 @@
    (``credit.step_to_tokens``) inside the learner's PPO epochs; the engine gets the new weights;
 5. **log / evaluate / checkpoint**.
 
+Under ``torchrun`` (docs/distributed.md) each rank plays its share of the task groups with its own
+pool and engine (an unsharded copy of the policy), the step batches are gathered into the global
+one before credit, the learner is sharded with FSDP2, and rank 0 logs and writes; in one process
+every ``DP.``/``D.`` call below is a no-op.
+
 Reproducibility: every random choice of iteration ``i`` is seeded from ``(seed, i)`` (tasks,
 sampling, mini-batch order), so a resumed run continues exactly as the uninterrupted run would
 (same machine; another CPU's floating-point order changes the trajectory).
@@ -29,8 +34,16 @@ import torch
 from omegaconf import OmegaConf
 
 from . import credit, hiper_steps
+from . import data_parallel as DP
+from . import distributed as D
 from .backends import make_backend
-from .checkpoint import find_checkpoint, load_checkpoint, save_checkpoint, save_model
+from .checkpoint import (
+    checkpoint_dir,
+    find_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+    save_model,
+)
 from .config import TrainConfig
 from .evaluation import record_from_rollout, summarize
 from .iteration import credit_options, features, held_out_resets, play_iteration, train_row
@@ -38,10 +51,11 @@ from .learner import Learner
 from .learner.weights import policy_state_dict
 from .models import apply_lora, load_model
 from .pool import EnvSpec, make_pool
-from .rollout import ActionFormat, PromptBuilder, PromptConfig, RolloutStats, to_step_batch
+from .rollout import ActionFormat, PromptBuilder, PromptConfig, RolloutStats
 from .rollout.runner import EpisodeRunner, RunnerSettings, chunk_seed, eval_seed
 from .rollout.spans import HiperFormat
 from .runlog import Progress, RunLog, Timer, write_outputs
+from .sharded_checkpoint import load_run_checkpoint, save_run_checkpoint
 from .summary import RunSummary, summarize_run
 from .token_credit import update_inputs
 
@@ -67,6 +81,7 @@ class Parts:
     needs: frozenset[str]  # the step-batch inputs it declares
     held_out: list  # the fixed held-out tasks (reset specs)
     train_ids: list[str] | None  # the training split's task ids (None: tasks drawn by seed)
+    engine_model: Any = None  # the engine's copy of the policy under torchrun (None: the policy)
 
 
 def build(cfg: TrainConfig) -> Parts:
@@ -75,7 +90,14 @@ def build(cfg: TrainConfig) -> Parts:
     if t.num_threads is not None:
         torch.set_num_threads(t.num_threads)
     torch.manual_seed(cfg.seed)
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if t.device == "auto" else t.device
+    dist = D.init_distributed(t.device)  # torchrun: join the process group; else nothing
+    device = dist.device
+    if dist.world_size > r.tasks_per_iter:
+        raise ValueError(f"rollout.tasks_per_iter={r.tasks_per_iter} is below the {dist.world_size} "
+                         "ranks of torchrun: every rank needs at least one task group")  # fmt: skip
+    if dist.distributed and (r.dynamic_sampling or cfg.credit.token is not None):
+        raise ValueError("rollout.dynamic_sampling and credit.token are not supported under "
+                         "torchrun yet (docs/distributed.md)")  # fmt: skip
     tiny = asdict(m.tiny) if m.tiny is not None and m.name == "tiny" else None
     model, tok, model_path = load_model(m.name, tiny=tiny, dtype=m.dtype, device=device)
     if m.gradient_checkpointing:  # activations recomputed in the backward pass: less memory
@@ -86,11 +108,24 @@ def build(cfg: TrainConfig) -> Parts:
                            target_modules=lo.target_modules)  # fmt: skip
     options = credit_options(cfg)
     needs = credit.needs(cfg.credit.name, **options)
-    learner = Learner(model, t, tok.pad_token_id, value_head="value" in needs,
-                      temperature=r.temperature, value_outputs=3 if "value_high" in needs else 1,
-                      keep_reference=cfg.credit.token == "progress")  # fmt: skip
-    backend = make_backend(asdict(r), model, tok, model_path=model_path, seed=cfg.seed)
-    pool = make_pool([EnvSpec(e.id, dict(e.kwargs))] * (r.tasks_per_iter * r.group_size),
+    if dist.distributed and "value_high" in needs:
+        raise ValueError(f"credit={cfg.credit.name} (HiPER's value heads) is not supported under "
+                         "torchrun yet (docs/distributed.md)")  # fmt: skip
+    engine_model = None
+    kw = dict(value_head="value" in needs, temperature=r.temperature,
+              value_outputs=3 if "value_high" in needs else 1,
+              keep_reference=cfg.credit.token == "progress")  # fmt: skip
+    if dist.distributed:  # the engine samples from an unsharded copy; the learner's is sharded
+        from .learner.fsdp import FSDPLearner
+
+        engine_model = DP.rollout_replica(model)
+        learner = FSDPLearner(model, t, tok.pad_token_id, **kw)
+    else:
+        learner = Learner(model, t, tok.pad_token_id, **kw)
+    backend = make_backend(asdict(r), engine_model or model, tok, model_path=model_path,
+                           seed=cfg.seed)  # fmt: skip
+    n_groups = len(D.shard_groups(r.tasks_per_iter))  # this rank's groups (all in one process)
+    pool = make_pool([EnvSpec(e.id, dict(e.kwargs))] * (n_groups * r.group_size),
                      backend=e.backend, num_workers=e.num_workers, step_timeout=e.step_timeout,
                      ray_address=e.ray.address, envs_per_actor=e.ray.envs_per_actor,
                      actor_num_cpus=e.ray.num_cpus)  # fmt: skip
@@ -111,12 +146,16 @@ def build(cfg: TrainConfig) -> Parts:
     train_ids = (
         None if e.train_tasks == "seeds" else pool.call([0], "task_ids", e.train_tasks, None)[0]
     )
-    return Parts(model, tok, learner, backend, runner, options, needs, held_out, train_ids)
+    return Parts(model, tok, learner, backend, runner, options, needs, held_out, train_ids,
+                 engine_model)  # fmt: skip
 
 
 def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary:
     """Train the policy ``cfg`` describes; write everything under ``out``; return the summary."""
     t, r, e = cfg.trainer, cfg.rollout, cfg.env
+    dist = D.init_distributed(t.device)
+    out = Path(D.broadcast_object(str(out)))  # rank 0's run folder (Hydra's differs per rank)
+    main = dist.is_main
     out.mkdir(parents=True, exist_ok=True)
     owned, p = parts is None, parts or build(cfg)
     model, tok, learner, backend, runner = p.model, p.tokenizer, p.learner, p.backend, p.runner
@@ -124,7 +163,10 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
 
     def evaluate(label: str):
         """Greedy (``rollout.eval_temperature``) episodes on the fixed held-out tasks."""
-        eps = runner.play(held_out, temperature=r.eval_temperature, seed=eval_seed(cfg.seed))
+        mine, first = DP.shard_items(held_out)  # torchrun: each rank a block, then gathered
+        eps = runner.play(mine, temperature=r.eval_temperature, seed=eval_seed(cfg.seed),
+                          traj_offset=first)  # fmt: skip
+        eps = DP.gather_episodes(eps)
         records = [record_from_rollout(ep, e.id) for ep in eps]
         meta = {"label": label, "split": e.eval_split, "greedy": r.eval_temperature == 0}
         report = summarize(records, meta=meta)
@@ -133,21 +175,27 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
     # -- resume -----------------------------------------------------------------------------------
     history, initial, start = [], None, 0
     if t.resume:
-        state = load_checkpoint(find_checkpoint(t.resume))
-        learner.load_state_dict(state["learner"])
+        ck = find_checkpoint(t.resume)
+        state = load_checkpoint(ck)
+        load_run_checkpoint(learner, ck, state["learner"])  # one-process or sharded
         start, history, initial = (
             int(state["iteration"]),
             list(state["history"]),
             state.get("initial_eval"),
         )
-        print(f"resumed from {t.resume} at iteration {start}")
-    OmegaConf.save(OmegaConf.structured(cfg), out / "config.yaml")
-    log = RunLog(out, history, t.tensorboard)
-    progress = Progress(t.progress, t.iterations, start)
+        if main:
+            print(f"resumed from {t.resume} at iteration {start}")
+    if main:  # rank 0 writes; the other ranks keep the history only
+        OmegaConf.save(OmegaConf.structured(cfg), out / "config.yaml")
+    log = RunLog(out, history, t.tensorboard) if main else DP.RankLog(history)
+    progress = Progress(t.progress, t.iterations, start) if main else DP.QuietProgress()
 
     def checkpoint(n: int) -> Path:
-        state = {"learner": learner.state_dict(), "history": history, "initial_eval": initial,
+        state = {"history": history, "initial_eval": initial,
                  "config": OmegaConf.to_container(OmegaConf.structured(cfg))}  # fmt: skip
+        if dist.distributed:  # DCP: every rank writes its shards
+            return save_run_checkpoint(out, n, state, learner, keep=t.keep_checkpoints)
+        state["learner"] = learner.state_dict()
         return save_checkpoint(out, n, state, keep=t.keep_checkpoints)
 
     try:
@@ -168,7 +216,9 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
                 values, embeddings = features(
                     learner, model, eps, needs, cfg.credit.embedding_layer
                 )
-                batch, seqs = to_step_batch(eps, values=values, embeddings=embeddings)
+                # torchrun: every rank's rows gathered into the single-process batch; this
+                # rank's sequences point at their global rows
+                batch, seqs, _ = DP.global_step_batch(eps, values=values, embeddings=embeddings)
                 spans = None
                 if isinstance(runner.fmt, HiperFormat):  # HiPER: three-head critic, spans
                     batch, spans = hiper_steps.prepare(learner, tok, runner.fmt, batch, seqs)
@@ -183,10 +233,14 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
                                          **kw)  # fmt: skip
                 except FloatingPointError as exc:  # NonFiniteError included
                     raise TrainingStopped(f"iteration {it}: {exc}") from exc
+                if p.engine_model is not None:  # torchrun: full weights into the engine's copy
+                    learner.sync_to(p.engine_model)
                 if r.backend != "hf":  # the hf engine samples from the learner's own model
-                    backend.update_weights(policy_state_dict(model))
-            row = train_row(it, eps, seqs, stats, res, upd, t_roll, t_credit, t_upd,
+                    backend.update_weights(policy_state_dict(p.engine_model or model))
+            row = train_row(it, DP.gather_episodes(eps), batch.group, DP.reduce_stats(stats), res,
+                            upd, t_roll, t_credit, t_upd,
                             {**roll_metrics, **tok_metrics})  # 5. log  # fmt: skip
+            row = DP.reduce_times(row)
             log(row)
             progress.update(it + 1, row)
             if t.eval_every and (it + 1) % t.eval_every == 0 and it + 1 < t.iterations:
@@ -209,7 +263,10 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
         n = t.iterations
         if not t.checkpoint_every or n % t.checkpoint_every != 0:
             checkpoint(n)
-        final_dir = save_model(out, model, tok)
+        final_dir = checkpoint_dir(out) / "final"
+        if main:  # once, from the full weights (the engine's copy under torchrun)
+            final_dir = save_model(out, p.engine_model or model, tok)
+        D.barrier()
         with Timer() as tm:
             report, em = evaluate("final")
         log({"iteration": n, "step": n, "phase": "eval_final", "time/eval_s": tm.wall, **em})
@@ -221,12 +278,14 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
     except TrainingStopped as exc:
         progress.close()
         log({"phase": "stopped", "reason": str(exc)})
-        print(f"training stopped: {exc}. The last good checkpoint is kept in {out / 'checkpoints'}.",
-              file=sys.stderr)  # fmt: skip
+        if main:
+            print(f"training stopped: {exc}. The last good checkpoint is kept in "
+                  f"{out / 'checkpoints'}.", file=sys.stderr)  # fmt: skip
         raise
     finally:
         log.close()
         if owned:
             runner.close()
-    write_outputs(out, summary, report, initial, history, t.plot)
+    if main:
+        write_outputs(out, summary, report, initial, history, t.plot)
     return summary

@@ -134,3 +134,50 @@ def load_learner(learner, path: str | Path) -> dict[str, Any]:
 def load_meta(path: str | Path) -> dict[str, Any]:
     f = Path(path) / META
     return torch.load(f, map_location="cpu", weights_only=False) if f.is_file() else {}
+
+
+# -- the recipe's checkpoint folders under torchrun --------------------------------------------
+#: What ``state.pt`` holds under ``"learner"`` when the learner's state is in DCP shards beside it.
+SHARDED = {"format": "dcp", "path": "learner"}
+
+
+def is_sharded(learner_state: Any) -> bool:
+    """Whether a checkpoint's ``state["learner"]`` points to DCP shards (saved under torchrun)."""
+    return isinstance(learner_state, dict) and learner_state.get("format") == "dcp"
+
+
+def save_run_checkpoint(run: Path, it: int, state: dict[str, Any], learner, keep: int) -> Path:
+    """Checkpoint ``it`` of ``run`` in the recipe's layout (``checkpoints/iter_NNNNNN/state.pt``,
+    atomic rename, the newest ``keep`` kept: :mod:`agentrl.checkpoint`), with the learner's state
+    as DCP shards in ``iter_NNNNNN/learner/`` written by every rank. All ranks call this; rank 0
+    writes ``state.pt`` (``state`` without the learner) and renames the folder when complete."""
+    import shutil
+
+    from .checkpoint import _complete, checkpoint_dir
+
+    root = checkpoint_dir(run)
+    final = root / f"iter_{it:06d}"
+    tmp = final.with_name(final.name + ".tmp")
+    if D.is_main():
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    D.barrier()
+    save_learner(learner, tmp / SHARDED["path"])
+    D.barrier()
+    if D.is_main():
+        torch.save({"iteration": it, **state, "learner": dict(SHARDED)}, tmp / "state.pt")
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        for old in _complete(root)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    D.barrier()
+    return final
+
+
+def load_run_checkpoint(learner, state_file: Path, learner_state: Any) -> None:
+    """Load a checkpoint's learner state, sharded (DCP, any world size) or a one-process
+    ``Learner.state_dict`` (into a plain or a sharded learner)."""
+    if is_sharded(learner_state):
+        load_learner(learner, Path(state_file).parent / learner_state["path"])
+    else:
+        learner.load_state_dict(learner_state)

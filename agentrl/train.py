@@ -51,13 +51,20 @@ def main(raw: DictConfig) -> None:
 
 
 def cli() -> None:
-    """Run :func:`main`; a config Hydra cannot compose (unknown key, wrong type) exits 2 too."""
+    """Run :func:`main`; a config Hydra cannot compose (unknown key, wrong type) exits 2 too.
+
+    Under ``torchrun`` a rank's exception is recorded for torchrun's failure report
+    (:func:`agentrl.distributed.record`) and the process group is left at the end."""
+    from .distributed import close_distributed, record
+
     try:
-        main()
+        record(main)()
     except SystemExit as exc:
         if exc.code == 1 and not _started:
             sys.exit(2)
         raise
+    finally:
+        close_distributed()
 
 
 if __name__ == "__main__":

@@ -32,12 +32,19 @@ def ray_session():
         yield ray
         return
     path = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        runtime_env={"env_vars": {"PYTHONPATH": path}},
-    )
+    for attempt in range(3):  # Ray gives its raylet 30 s to start: a loaded machine can miss that
+        try:
+            ray.init(
+                num_cpus=2,
+                include_dashboard=False,
+                log_to_driver=False,
+                runtime_env={"env_vars": {"PYTHONPATH": path}},
+            )
+            break
+        except Exception as exc:
+            ray.shutdown()
+            if attempt == 2 or "timed out during startup" not in str(exc):
+                raise
     yield ray
     ray.shutdown()
 
@@ -196,6 +203,15 @@ def test_one_deadline_per_call_however_many_workers_hang(backend):
         assert pool.restarts == 3
 
 
+def test_the_deadline_grows_with_the_envs_a_worker_runs_in_the_call(backend):
+    # step_timeout is per env: two slow-but-legitimate steps on one worker (2.4 s) fit the call's
+    # deadline of 2 x 2 s, although each worker shares one deadline.
+    with open_pool(backend, [fragile] * 2, 1, step_timeout=2.0) as pool:
+        pool.reset(seeds=[0, 1])
+        assert not any(r.truncated for r in pool.step([0, 1], ["nap", "nap"]))
+        assert pool.restarts == 0
+
+
 def test_an_env_that_cannot_be_built_fails_clearly(backend):
     with (
         pytest.raises(RuntimeError, match="building env 1 failed: ValueError: no such room size"),
@@ -232,8 +248,10 @@ def test_bad_ray_settings_fail_clearly(ray_session):
         make_pool([SPEC], backend="ray", envs_per_actor=0)
     with pytest.raises(ValueError, match="num_cpus must be a finite number"):
         make_pool([SPEC], backend="ray", actor_num_cpus=float("nan"))
-    with pytest.raises(ValueError, match="more CPUs than the Ray cluster has"):
-        make_pool([SPEC], backend="ray", actor_num_cpus=64)
+    with pytest.raises(
+        ValueError, match=r"2 env actors x env.ray.num_cpus=1.5 CPUs exceed the Ray"
+    ):
+        make_pool([SPEC] * 8, backend="ray", actor_num_cpus=1.5)
 
 
 def test_ray_places_envs_per_actor(ray_session):
@@ -292,3 +310,32 @@ def test_a_pool_that_starts_ray_shuts_it_down():
     started, left = out.stdout.split("STARTED", 1)[1].split("LEFT")
     assert int(started) >= 3  # at least the GCS, the raylet and the two actors' workers
     assert not left.split(), f"still running after close(): {left}"
+
+
+def test_random_faults_are_contained(backend):
+    # A short fault-injection campaign (scripts/fuzz_pool.py runs the long one): every fault is
+    # reported on its own episode, nothing raises out of the pool, no call overruns its deadline,
+    # and no healthy worker's episode is cut.
+    from pool_faults import run_campaign
+
+    rounds = 8 if backend == "process" else 5
+    counts = run_campaign(
+        lambda: open_pool(backend, [fragile] * 6, 3, step_timeout=1.0),
+        backend,
+        6,
+        3,
+        rounds,
+        0,
+        1.0,
+    )
+    assert counts["tried"] > 0 and counts["clear_error"] == counts["tried"], counts
+    assert counts["crashed"] == counts["hung"] == counts["collateral"] == 0, counts
+    assert counts["wrong_cause"] == 0, counts
+
+
+def test_every_env_config_ships_a_finite_step_timeout():
+    # One hung env must not block a run forever (docs/architecture.md says how each was measured).
+    for path in sorted((ROOT / "configs" / "env").glob("*.yaml")):
+        line = next(ln for ln in path.read_text().splitlines() if ln.startswith("step_timeout:"))
+        value = float(line.split(":", 1)[1].split("#")[0])
+        assert 0 < value < 3600 and math.isfinite(value), path.name

@@ -104,7 +104,8 @@ class FSDPLearner(Learner):
     Args:
         model: the policy, identical on every rank (rank 0's weights are broadcast first). It
             is sharded in place; keep an unsharded replica for generation (:meth:`sync_to`).
-        cfg, pad_token_id, value_head, temperature: as :class:`Learner`.
+        cfg, pad_token_id, value_head, temperature, value_outputs, keep_reference, lr_schedule:
+            as :class:`Learner`.
         mixed_precision: bf16 compute with fp32 reduction; ``None``: on when ``cfg.dtype`` is
             ``auto``/``bfloat16`` and the device is a GPU with bf16.
     """
@@ -116,6 +117,9 @@ class FSDPLearner(Learner):
         pad_token_id: int,
         value_head: bool = False,
         temperature: float = 1.0,
+        value_outputs: int = 1,
+        keep_reference: bool = False,
+        lr_schedule=None,
         mixed_precision: bool | None = None,
     ):
         import torch.distributed as dist
@@ -128,7 +132,16 @@ class FSDPLearner(Learner):
             )
         from torch.distributed.fsdp import MixedPrecisionPolicy
 
-        super().__init__(model, cfg, pad_token_id, value_head=value_head, temperature=temperature)
+        super().__init__(
+            model,
+            cfg,
+            pad_token_id,
+            value_head=value_head,
+            temperature=temperature,
+            value_outputs=value_outputs,
+            keep_reference=keep_reference,
+            lr_schedule=lr_schedule,
+        )
         dev = self.device
         if mixed_precision is None:
             mixed_precision = (
@@ -240,7 +253,7 @@ class FSDPLearner(Learner):
                 )
                 v = None
                 if values is not None:
-                    v = self.value_head(out.hidden_states[-1][:, -1, :].float()).squeeze(-1)
+                    v = self.value_head(out.hidden_states[-1][:, -1, :].float())[:, 0]
                 if j >= real:
                     continue
                 if v is not None:
@@ -260,23 +273,20 @@ class FSDPLearner(Learner):
         return int(m.config.hidden_size)
 
     # -- the update ----------------------------------------------------------------------------
-    def update(
-        self,
-        seqs: Sequence[StepSequence],
-        step_advantages: np.ndarray,
-        *,
-        returns: np.ndarray | None = None,
-        old_values: np.ndarray | None = None,
-        seed: int = 0,
-    ) -> dict[str, float]:
-        """PPO epochs over the global batch; this rank's ``seqs`` carry global step rows and
-        ``step_advantages`` (``returns``/``old_values``) are indexed by global row."""
+    # ``Learner.update`` checks the inputs and calls ``_epochs``; here the epochs run over the
+    # global rows. This rank's ``seqs`` carry global step rows; ``step_advantages``,
+    # ``returns`` and ``old_values`` are indexed by global row.
+    def _epochs(self, seqs, adv, returns, old_values, seed) -> dict[str, float]:
         cfg = self.cfg
-        adv = np.asarray(step_advantages, dtype=np.float32)
-        if not np.isfinite(adv).all():
-            raise NonFiniteError("non-finite step advantages: the update is skipped")
-        if self.value_head is not None and returns is None:
-            raise ValueError("the learner has a value head: pass returns (value targets)")
+        if (
+            self._token_adv is not None
+            or self._loss_masks is not None
+            or self._value_rows is not None
+        ):
+            raise NotImplementedError(
+                "token-level advantages, loss masks and HiPER's value heads are not supported "
+                "by the sharded learner yet (credit.token, credit=hiper under torchrun)"
+            )
         n_global = len(adv)
         local_of = np.full(n_global, -1, dtype=np.int64)
         for k, s in enumerate(seqs):

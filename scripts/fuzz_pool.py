@@ -1,0 +1,93 @@
+"""Fault injection against the env pool, both backends: the counts of issue #20 section 5.
+
+    python scripts/fuzz_pool.py --rounds 100             # process pool and Ray
+    python scripts/fuzz_pool.py --backends process --rounds 300 --envs 8 --workers 4
+
+Each round steps every env once; about ``--fault-rate`` of the envs get a fault (the env raises,
+returns an unpicklable ``info``, exits, segfaults, is SIGKILLed, or hangs past ``--timeout``), the
+others a move. Counted: faults tried; faults whose episode was cut with an error naming the
+cause (``clear_error``); calls that raised out of the pool (``crashed``); calls that overran the
+deadline by more than 5 s (``hung``); episodes cut although their worker was healthy
+(``collateral``); cut episodes whose error names the wrong cause (``wrong_cause``). Envs that
+share a worker with a fatal fault are cut by design (``cut_with_worker``). The faulty env is
+``tests/pool_envs.py``'s ``FragileSokoban``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from pool_envs import fragile  # noqa: E402
+from pool_faults import run_campaign  # noqa: E402
+
+from agentrl.pool import make_pool  # noqa: E402
+
+KEYS = ("tried", "clear_error", "crashed", "hung", "collateral", "wrong_cause", "cut_with_worker")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--backends", nargs="*", default=["process", "ray"])
+    ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("--envs", type=int, default=8)
+    ap.add_argument("--workers", type=int, default=4, help="worker processes = Ray actors")
+    ap.add_argument("--timeout", type=float, default=1.0)
+    ap.add_argument("--fault-rate", type=float, default=0.15)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    print(f"| backend | rounds | {' | '.join(KEYS)} | restarts | seconds |")
+    print(f"|---|---|{'---|' * len(KEYS)}---|---|")
+    for backend in args.backends:
+        if backend == "ray":
+            import ray
+
+            path = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
+            ray.init(
+                include_dashboard=False,
+                log_to_driver=False,
+                runtime_env={"env_vars": {"PYTHONPATH": path}},
+            )
+        per = -(-args.envs // args.workers)
+
+        def factory(backend=backend, per=per):
+            return make_pool(
+                [fragile] * args.envs,
+                backend=backend,
+                num_workers=args.workers,
+                envs_per_actor=per,
+                actor_num_cpus=0.25,
+                step_timeout=args.timeout,
+            )
+
+        t0 = time.monotonic()
+        counts = run_campaign(
+            factory,
+            backend,
+            args.envs,
+            args.workers,
+            args.rounds,
+            args.seed,
+            args.timeout,
+            args.fault_rate,
+        )
+        row = " | ".join(str(counts.get(k, 0)) for k in KEYS)
+        extra = [k for k in counts if k.startswith("crash:")]
+        print(
+            f"| {backend} | {args.rounds} | {row} | {counts['restarts']} "
+            f"| {time.monotonic() - t0:.0f} |",
+            *extra,
+            flush=True,
+        )
+        if backend == "ray":
+            ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()
