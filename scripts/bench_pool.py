@@ -39,14 +39,19 @@ ROOT = Path(__file__).resolve().parents[1]
 N_ENVS = 16
 
 
-def _tree_cpu() -> float:
-    """CPU seconds used so far by this process and every process under it (workers, Ray)."""
+def _tree_cpu() -> dict[int, float]:
+    """CPU seconds so far of this process and of every process under it (workers, Ray), by pid."""
     me = psutil.Process()
-    total = sum(me.cpu_times()[:2])
+    times = {me.pid: sum(me.cpu_times()[:2])}
     for child in me.children(recursive=True):
         with contextlib.suppress(psutil.Error):
-            total += sum(child.cpu_times()[:2])
-    return total
+            times[child.pid] = sum(child.cpu_times()[:2])
+    return times
+
+
+def _cpu_since(before: dict[int, float]) -> float:
+    """CPU seconds used since ``before`` by the processes alive now (new ones count in full)."""
+    return sum(t - before.get(pid, 0.0) for pid, t in _tree_cpu().items())
 
 
 def _pool(backend: str, specs, workers: int):
@@ -79,7 +84,7 @@ def alfworld_steps_per_s(backend: str, workers: int, steps: int) -> tuple[float,
                     ended, pool.reset(ended, options=[resets[i] for i in ended])
                 ):
                     infos[i] = info
-        return done / (time.perf_counter() - t0), (_tree_cpu() - cpu0) / done * 1e3
+        return done / (time.perf_counter() - t0), _cpu_since(cpu0) / done * 1e3
 
 
 def sokoban_call_ms(backend: str, workers: int, calls: int) -> tuple[float, float]:
@@ -92,7 +97,7 @@ def sokoban_call_ms(backend: str, workers: int, calls: int) -> tuple[float, floa
         t0, cpu0 = time.perf_counter(), _tree_cpu()
         for c in range(calls):
             pool.step(range(N_ENVS), [moves[c % 4]] * N_ENVS)
-        return (time.perf_counter() - t0) / calls * 1e3, (_tree_cpu() - cpu0) / calls * 1e3
+        return (time.perf_counter() - t0) / calls * 1e3, _cpu_since(cpu0) / calls * 1e3
 
 
 def main() -> None:

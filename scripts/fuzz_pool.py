@@ -11,6 +11,9 @@ deadline by more than 5 s (``hung``); episodes cut although their worker was hea
 (``collateral``); cut episodes whose error names the wrong cause (``wrong_cause``). Envs that
 share a worker with a fatal fault are cut by design (``cut_with_worker``). The faulty env is
 ``tests/pool_envs.py``'s ``FragileSokoban``.
+
+``--deadline``: instead, the wall time of one ``step`` call in which 1, 2 and 4 of 4 workers hang
+(``step_timeout=2``, one env per worker): one deadline per call keeps it at ~2 s.
 """
 
 from __future__ import annotations
@@ -32,6 +35,15 @@ from agentrl.pool import make_pool  # noqa: E402
 KEYS = ("tried", "clear_error", "crashed", "hung", "collateral", "wrong_cause", "cut_with_worker")
 
 
+def _init_ray() -> None:
+    import ray
+
+    path = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
+    ray.init(
+        include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": path}}
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--backends", nargs="*", default=["process", "ray"])
@@ -41,19 +53,34 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=1.0)
     ap.add_argument("--fault-rate", type=float, default=0.15)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--deadline", action="store_true", help="time calls with 1/2/4 hung workers")
     args = ap.parse_args()
+    if args.deadline:
+        for backend in args.backends:
+            if backend == "ray":
+                _init_ray()
+            for hung in (1, 2, 4):
+                with make_pool(
+                    [fragile] * 4, backend=backend, num_workers=4, envs_per_actor=1,
+                    actor_num_cpus=0.25, step_timeout=2.0,
+                ) as pool:  # fmt: skip
+                    pool.reset(seeds=[0, 1, 2, 3])
+                    t0 = time.monotonic()
+                    pool.step(range(4), ["sleep"] * hung + ["up"] * (4 - hung))
+                    print(f"{backend}: {hung} hung workers, step_timeout 2 s: "
+                          f"{time.monotonic() - t0:.2f} s", flush=True)  # fmt: skip
+            if backend == "ray":
+                import ray
+
+                ray.shutdown()
+        return
     print(f"| backend | rounds | {' | '.join(KEYS)} | restarts | seconds |")
     print(f"|---|---|{'---|' * len(KEYS)}---|---|")
     for backend in args.backends:
         if backend == "ray":
             import ray
 
-            path = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
-            ray.init(
-                include_dashboard=False,
-                log_to_driver=False,
-                runtime_env={"env_vars": {"PYTHONPATH": path}},
-            )
+            _init_ray()
         per = -(-args.envs // args.workers)
 
         def factory(backend=backend, per=per):
