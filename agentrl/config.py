@@ -155,7 +155,7 @@ class EnvConfig:
     )
     step_timeout: float | None = opt(
         None,
-        "seconds a worker may take per call before it is restarted (null: no limit)",
+        "seconds per env call; one deadline per pool call = this x the busiest worker's envs in it (null: none)",
         optional(POSITIVE),
     )
 
