@@ -486,7 +486,11 @@ def register_schema() -> None:
     """Register :class:`TrainConfig` in Hydra's ConfigStore as ``train_schema``."""
     from hydra.core.config_store import ConfigStore
 
-    ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+    store = ConfigStore.instance()
+    store.store(name="train_schema", node=TrainConfig)
+    # Env presets start from the typed env group, so agentrl.evaluate (which composes env presets
+    # without train_schema) sees every env key too (env.backend, env.ray.*).
+    store.store(group="env", name="env_schema", node=EnvConfig)
 
 
 def _first_line(exc: Exception) -> str:
