@@ -271,6 +271,7 @@ def report(
     out: Path,
     confidence: float,
     check_targets: bool,
+    argv: list[str],
 ) -> str:
     summaries: dict[str, dict[str, dict[str, float]]] = {}
     for label, runs in results.items():
@@ -280,7 +281,7 @@ def report(
         "# Learning benchmark",
         "",
         "Command: `python scripts/bench_learning.py "
-        + " ".join(sys.argv[1:])
+        + shlex.join(argv)
         + "`; common overrides: "
         + (f"`{' '.join(common)}`" if common else "none")
         + ". Held-out greedy success with 95 % Wilson intervals; across seeds the mean with a"
@@ -321,7 +322,7 @@ def report(
     (out / "results.json").write_text(
         json.dumps(
             {
-                "argv": sys.argv[1:],
+                "argv": argv,
                 "common": common,
                 "configs": configs,
                 "summaries": summaries,
@@ -392,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         help="add issue 14's pass/fail checks (gain >= 25 points with disjoint intervals, mean "
         "final >= 60 %%, final within 10 points of best, <= 10 CPU min)",
     )
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
     if args.seeds < 1:
         ap.error("--seeds must be at least 1")
@@ -412,7 +414,9 @@ def main(argv: list[str] | None = None) -> int:
     if all(not v for v in results.values()):
         print("no run finished; see the logs in " + str(args.out), file=sys.stderr)
         return 1
-    text = report(results, configs, args.overrides, args.out, args.confidence, args.check_targets)
+    text = report(
+        results, configs, args.overrides, args.out, args.confidence, args.check_targets, argv
+    )
     print(text)
     print(
         f"{sum(len(v) for v in results.values())} runs in {time.perf_counter() - t0:.0f} s wall; outputs: {args.out}"
