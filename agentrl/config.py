@@ -431,6 +431,15 @@ class LearnerConfig:
     value_coef: float = opt(0.5, "value-head loss weight (modules that need values)", NON_NEGATIVE)
     value_lr: float | None = opt(None, "value-head learning rate (null: lr)", optional(POSITIVE))
     value_clip: float | None = opt(None, "value-loss clip range (null: none)", optional(POSITIVE))
+    lr_schedule: str = opt(
+        "constant",
+        "learning-rate schedule over iterations: constant, linear or cosine (decay to lr_min_ratio x lr)",
+        one_of("constant", "linear", "cosine"),
+    )
+    lr_warmup: int = opt(0, "iterations of linear warm-up from 0 to lr", num(0))
+    lr_min_ratio: float = opt(
+        0.0, "the decayed rate at the last iteration, as a fraction of lr", num(0, 1)
+    )
     dtype: str = opt(
         "auto",
         "auto: bf16 autocast on GPUs that support it, float32 on CPU",

@@ -48,6 +48,7 @@ from .config import TrainConfig
 from .evaluation import record_from_rollout, summarize
 from .iteration import credit_options, features, held_out_resets, play_iteration, train_row
 from .learner import Learner
+from .learner.schedule import LRSchedule
 from .learner.weights import policy_state_dict
 from .models import apply_lora, load_model
 from .pool import EnvSpec, make_pool
@@ -114,7 +115,8 @@ def build(cfg: TrainConfig) -> Parts:
     engine_model = None
     kw = dict(value_head="value" in needs, temperature=r.temperature,
               value_outputs=3 if "value_high" in needs else 1,
-              keep_reference=cfg.credit.token == "progress")  # fmt: skip
+              keep_reference=cfg.credit.token == "progress",
+              lr_schedule=LRSchedule(t.lr_schedule, t.lr_warmup, t.iterations, t.lr_min_ratio))  # fmt: skip
     if dist.distributed:  # the engine samples from an unsharded copy; the learner's is sharded
         from .learner.fsdp import FSDPLearner
 
