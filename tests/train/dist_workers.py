@@ -20,6 +20,11 @@ SPLIT = 14
 N_ROWS = 24
 
 
+#: The environment when the test process collected this module: spawned ranks get it back, so no
+#: variable an earlier test set in this process (engine or cluster settings) reaches them.
+_ENV_AT_IMPORT = dict(os.environ)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -50,9 +55,17 @@ def launch(fn, world: int, *args: Any, timeout: float = 240.0) -> None:
     """Run ``fn(*args)`` on ``world`` spawned CPU ranks; raise if one fails or the deadline passes."""
     import torch.multiprocessing as mp
 
-    ctx = mp.start_processes(
-        _entry, args=(fn, world, free_port(), args), nprocs=world, join=False, start_method="spawn"
-    )
+    current = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(_ENV_AT_IMPORT)
+    try:
+        ctx = mp.start_processes(
+            _entry, args=(fn, world, free_port(), args), nprocs=world, join=False,
+            start_method="spawn",
+        )  # fmt: skip
+    finally:
+        os.environ.clear()
+        os.environ.update(current)
     deadline = time.monotonic() + timeout
     while not ctx.join(timeout=1.0):
         if time.monotonic() > deadline:
