@@ -203,13 +203,7 @@ class FSDPLearner(Learner):
     @torch.no_grad()
     def logprobs(self, seqs: Sequence[StepSequence], reference: bool = False) -> list[np.ndarray]:
         out: list[np.ndarray] = [np.zeros(0, np.float32)] * len(seqs)
-        ctx = contextlib.nullcontext()
-        model = self.model
-        if reference:
-            if _is_peft(self.model):
-                ctx = self.model.disable_adapter()
-            elif self.reference is not None:
-                model = self.reference
+        model, ctx = self._scoring_model(reference)
         was = model.training
         model.eval()
         ext, mbs, real = self._padded(seqs, np.arange(len(seqs)))

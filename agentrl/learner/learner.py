@@ -133,17 +133,20 @@ class Learner:
         return contextlib.nullcontext()
 
     # -- no-grad passes ------------------------------------------------------------------------
+    def _scoring_model(self, reference: bool):
+        """The model to score with and the context to score in: the policy, or the reference
+        (the LoRA base with adapters disabled, else the frozen copy when there is one)."""
+        if reference and _is_peft(self.model):
+            return self.model, self.model.disable_adapter()
+        if reference and self.reference is not None:
+            return self.reference, contextlib.nullcontext()
+        return self.model, contextlib.nullcontext()
+
     @torch.no_grad()
     def logprobs(self, seqs: Sequence[StepSequence], reference: bool = False) -> list[np.ndarray]:
         """Per sequence, the log-probs of its response tokens under the policy (or reference)."""
         out: list[np.ndarray] = [np.zeros(0, np.float32)] * len(seqs)
-        ctx = contextlib.nullcontext()
-        model = self.model
-        if reference:
-            if _is_peft(self.model):
-                ctx = self.model.disable_adapter()
-            elif self.reference is not None:
-                model = self.reference
+        model, ctx = self._scoring_model(reference)
         was = model.training
         model.eval()
         with ctx, self.autocast():
