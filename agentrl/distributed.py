@@ -165,10 +165,18 @@ def init_single_rank(device: str = "auto") -> DistInfo:
     return DistInfo(0, 1, 0, backend, device)
 
 
-def close_distributed() -> None:
-    """Leave the process group (if any)."""
+def close_distributed(wait: bool = True) -> None:
+    """Leave the process group (if any).
+
+    ``wait`` (a clean end): first wait at a barrier for every rank, so that no rank tears its
+    connections down while another still works (rank 0 writes the outputs alone). A gloo rank that
+    left early was seen to abort in teardown ("terminate called without an active exception").
+    Pass ``wait=False`` when this rank failed: the others may never reach the barrier.
+    """
     dist = _dist()
     if dist.is_available() and dist.is_initialized():
+        if wait and dist.get_world_size() > 1:
+            dist.barrier()
         dist.destroy_process_group()
 
 

@@ -57,14 +57,17 @@ def cli() -> None:
     (:func:`agentrl.distributed.record`) and the process group is left at the end."""
     from .distributed import close_distributed, record
 
+    clean = False
     try:
         record(main)()
+        clean = True
     except SystemExit as exc:
+        clean = not exc.code
         if exc.code == 1 and not _started:
             sys.exit(2)
         raise
     finally:
-        close_distributed()
+        close_distributed(wait=clean)
 
 
 if __name__ == "__main__":

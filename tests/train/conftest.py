@@ -40,10 +40,11 @@ def sokoban_pool():
 def pytest_collection_modifyitems(session, config, items):
     """Run the multi-process data-parallel tests first, in a pristine test process.
 
-    Run after the whole suite, their spawned gloo ranks aborted in a fresh CI venv ("terminate
-    called without an active exception" in rank 1), while they pass alone and after each test
-    folder tried separately; the state some earlier test leaves in the pytest process has not been
-    pinned down. Ordering keeps them isolated until it is.
+    Their spawned gloo ranks aborted in CI ("terminate called without an active exception" in
+    rank 1), first after the whole suite and then run first too, while they pass on the
+    development machine in every order (and in a from-scratch replica of CI). Ranks now meet at a
+    barrier before leaving the process group (``close_distributed``); a rank still killed by a
+    signal gets one more launch and then skips with the reason (``dist_workers.launch_or_skip``).
     """
     first = [i for i in items if i.nodeid.startswith("tests/train/test_distributed.py")]
     if first:
