@@ -1,6 +1,6 @@
 """Update-time overhead of the token shapers on the default run, measured in one process.
 
-    PYTHONPATH=. python scripts/bench_token_update.py [--repeats 3] [key=value ...]
+    PYTHONPATH=. python scripts/bench_token_update.py [--repeats 3] [--checkpoint RUN] [key=value ...]
 
 Builds the default run (``python -m agentrl.train`` with no overrides: tiny model, Sokoban, GiGPO,
 16 tasks x 8 rollouts), plays one training iteration and computes its credit, then times step 4
@@ -8,7 +8,9 @@ of the recipe (``token_credit.update_inputs`` + ``Learner.update``) on that same
 baseline (``credit.token=null``, the step advantage broadcast) and each shaper, interleaved, every
 timed update starting from the same weights and optimiser state. Reports the median CPU time
 (``time.process_time``) and wall time per variant and the ratio to the baseline. Extra arguments
-are config overrides (e.g. ``rollout.tasks_per_iter=4`` for a quick check).
+are config overrides (e.g. ``rollout.tasks_per_iter=4`` for a quick check). ``--checkpoint`` (a run
+folder or checkpoint, as ``trainer.resume`` takes) plays the batch with a trained policy: a sharper
+policy repeats more (state, response) rows, which the learner's no-grad passes score once.
 """
 
 from __future__ import annotations
@@ -21,16 +23,20 @@ import numpy as np
 from agentrl.credit import token_shapers
 
 from agentrl import credit
+from agentrl.checkpoint import find_checkpoint, load_checkpoint
 from agentrl.config import load_config
 from agentrl.iteration import credit_options, features, play_iteration
+from agentrl.learner.sequences import distinct_rows
 from agentrl.recipe import build
 from agentrl.rollout import RolloutStats, to_step_batch
+from agentrl.sharded_checkpoint import load_run_checkpoint
 from agentrl.token_credit import update_inputs
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--checkpoint", default=None, help="a run folder or checkpoint to start from")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
     from hydra import compose, initialize_config_module
@@ -40,9 +46,16 @@ def main() -> None:
         raw = compose("train", overrides=["credit.token=progress", *args.overrides])
     cfg = load_config(raw)
     parts = build(cfg)
+    it = 0
+    if args.checkpoint:
+        ck = find_checkpoint(args.checkpoint)
+        state = load_checkpoint(ck)
+        load_run_checkpoint(parts.learner, ck, state["learner"])
+        it = int(state["iteration"])
+        print(f"policy of {ck} (iteration {it})")
     try:
         t0 = time.perf_counter()
-        eps, _ = play_iteration(cfg, 0, parts.train_ids, parts.runner, RolloutStats())
+        eps, _ = play_iteration(cfg, it, parts.train_ids, parts.runner, RolloutStats())
         print(f"rollout: {len(eps)} episodes in {time.perf_counter() - t0:.1f} s")
     finally:
         parts.runner.close()
@@ -52,7 +65,9 @@ def main() -> None:
     batch, seqs = to_step_batch(eps, values=values, embeddings=embs)
     res = credit.compute(batch, cfg.credit.name, **credit_options(cfg))
     n_tok = sum(len(s.response_ids) for s in seqs)
-    print(f"batch: {len(seqs)} steps, {n_tok} response tokens, credit={cfg.credit.name}")
+    n_distinct = len(distinct_rows(seqs)[0])
+    print(f"batch: {len(seqs)} steps ({n_distinct} distinct), {n_tok} response tokens, "
+          f"credit={cfg.credit.name}")  # fmt: skip
     learner = parts.learner
     start = copy.deepcopy(learner.state_dict())
     variants = [None, *token_shapers.available()]

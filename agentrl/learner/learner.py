@@ -31,9 +31,14 @@ from ..config import LearnerConfig
 from .forward import response_forward
 from .losses import aggregate, kl_penalty, normaliser, ppo_clip_loss, value_loss
 from .schedule import LRSchedule
-from .sequences import Collated, StepSequence, collate
+from .sequences import Collated, StepSequence, collate, distinct_rows
 
 __all__ = ["Learner", "LearnerConfig", "NonFiniteError", "token_advantages"]
+
+
+def _spread(scored: list[np.ndarray], rows: np.ndarray, inverse: np.ndarray) -> list[np.ndarray]:
+    """Per-row results from those of the distinct rows (each row gets its own copy)."""
+    return [scored[int(rows[j])].copy() for j in inverse]
 
 
 class NonFiniteError(FloatingPointError):
@@ -144,20 +149,22 @@ class Learner:
 
     @torch.no_grad()
     def logprobs(self, seqs: Sequence[StepSequence], reference: bool = False) -> list[np.ndarray]:
-        """Per sequence, the log-probs of its response tokens under the policy (or reference)."""
+        """Per sequence, the log-probs of its response tokens under the policy (or reference);
+        equal sequences are scored once (:func:`distinct_rows`)."""
         out: list[np.ndarray] = [np.zeros(0, np.float32)] * len(seqs)
+        rows, inverse = distinct_rows(seqs)
         model, ctx = self._scoring_model(reference)
         was = model.training
         model.eval()
         with ctx, self.autocast():
-            for idx in self._micro_batches(seqs, np.arange(len(seqs))):
+            for idx in self._micro_batches(seqs, rows):
                 batch = collate([seqs[i] for i in idx], self.pad_token_id).to(self.device)
                 fo = response_forward(model, batch, self.temperature, want_entropy=False)
                 lp = fo.logprobs.float().cpu().numpy()
                 for k, i in enumerate(idx):
                     out[i] = lp[k, : len(seqs[i].response_ids)]
         model.train(was)
-        return out
+        return _spread(out, rows, inverse)
 
     @torch.no_grad()
     def prompt_features(
@@ -216,10 +223,11 @@ class Learner:
             return out
         for k in passes:
             out[k] = [np.zeros(0)] * len(seqs)
+        rows, inverse = distinct_rows(seqs)  # equal sequences are scored once
         was = self.model.training
         self.model.eval()
         with self.autocast():
-            for idx in self._micro_batches(seqs, np.arange(len(seqs))):
+            for idx in self._micro_batches(seqs, rows):
                 batch = collate([seqs[i] for i in idx], self.pad_token_id).to(self.device)
                 fo = response_forward(self.model, batch, self.temperature,
                                       want_entropy="entropy" in wanted, want_certainty=True)  # fmt: skip
@@ -230,6 +238,8 @@ class Learner:
                     for j, i in enumerate(idx):
                         out[k][i] = arr[j, : len(seqs[i].response_ids)].astype(np.float64)
         self.model.train(was)
+        for k in passes:
+            out[k] = _spread(out[k], rows, inverse)
         return out
 
     @torch.no_grad()

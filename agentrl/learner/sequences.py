@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["Collated", "StepSequence", "collate"]
+__all__ = ["Collated", "StepSequence", "collate", "distinct_rows"]
 
 
 @dataclass
@@ -118,3 +118,22 @@ def collate(seqs: Sequence[StepSequence], pad_token_id: int) -> Collated:
         P,
         R,
     )
+
+
+def distinct_rows(seqs: Sequence[StepSequence]) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows, inverse)``: the first row of every distinct (prompt, response, constraint), and for
+    each row the position in ``rows`` of its equal. A no-grad scoring pass depends on nothing else,
+    so equal rows are scored once: multi-turn rollouts of one task revisit states, and a group's
+    rollouts often take the same action in them (in the default Sokoban run most rows repeat)."""
+    first: dict[tuple, int] = {}
+    rows: list[int] = []
+    inverse = np.empty(len(seqs), np.int64)
+    for i, s in enumerate(seqs):
+        allowed = None if s.allowed is None else tuple(tuple(a) for a in s.allowed)
+        key = (tuple(s.prompt_ids), tuple(s.response_ids), allowed)
+        j = first.get(key)
+        if j is None:
+            j = first[key] = len(rows)
+            rows.append(i)
+        inverse[i] = j
+    return np.asarray(rows, np.int64), inverse

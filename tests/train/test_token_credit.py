@@ -135,3 +135,32 @@ def test_token_shaper_config_errors_name_the_key(tmp_path):
         load_config(make_cfg(*SMOKE, "credit.token=bogus"))
     with pytest.raises(ConfigError, match="token_options"):
         load_config(make_cfg(*SMOKE, "+credit.token_options.tau=1"))
+
+
+def test_distinct_rows_groups_equal_sequences():
+    from agentrl.learner.sequences import StepSequence, distinct_rows
+
+    a = StepSequence([1, 2], [3], [-0.5], 0, [[3, 4]])
+    b = StepSequence([1, 2], [3], [-0.9], 1, [[3, 4]])  # same tokens and constraint as a
+    c = StepSequence([1, 2], [3], [-0.5], 2, [[3]])  # another constraint
+    d = StepSequence([1, 2], [3], [-0.5], 3, None)
+    rows, inverse = distinct_rows([a, b, c, d, a])
+    assert rows.tolist() == [0, 2, 3]
+    assert inverse.tolist() == [0, 0, 1, 2, 0]
+
+
+def test_scoring_equal_sequences_once_gives_each_row_its_own_score(tiny, sokoban_pool):
+    """Dedup in the no-grad passes: every row's signals equal those scored one row at a time."""
+    model, tok = tiny
+    eps = _rollout(model, tok, sokoban_pool, constrained=True, max_new_tokens=5)
+    _, seqs = to_step_batch(eps)
+    seqs = seqs + [copy.deepcopy(s) for s in seqs[:5]]  # guaranteed repeats
+    learner = Learner(model, LearnerConfig(micro_batch_size=16), tok.pad_token_id)
+    got = learner.token_signals(seqs, {"entropy", "self_certainty", "token_logit"})
+    lps = learner.logprobs(seqs)
+    for i in (0, 3, len(seqs) - 1):
+        one = learner.token_signals([seqs[i]], {"entropy", "self_certainty", "token_logit"})
+        for k in one:
+            np.testing.assert_allclose(got[k][i], one[k][0], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(lps[i], learner.logprobs([seqs[i]])[0], rtol=1e-5, atol=1e-6)
+    assert got["entropy"][-1] is not got["entropy"][4]  # copies, not shared arrays
