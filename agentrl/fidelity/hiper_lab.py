@@ -60,6 +60,7 @@ __all__ = [
     "draw_option_tasks",
     "hiper_step_batch",
     "make_option_policy",
+    "paper_switch_advantage",
     "render_hiper",
     "run_hiper_fidelity",
     "sample_option_groups",
@@ -149,14 +150,9 @@ def sample_option_groups(
         a = _draw(cum_act[s, g], rng)
         r = mdp.reward[s, a]
         d = mdp.done[s, a] | (t == H - 1)
-        for k, v in zip(
-            (*names, "prev_goal", "switch", "goal"),
-            (idx, np.full(len(idx), t), s, mdp.next_state[s, a], a, r, d, mdp.milestone[s, a]),
-        ):
+        row = (idx, np.full(len(idx), t), s, mdp.next_state[s, a], a, r, d, mdp.milestone[s, a])
+        for k, v in zip((*names, "prev_goal", "switch", "goal"), (*row, gp, sw, g), strict=True):
             cols[k].append(v)
-        cols["prev_goal"].append(gp)
-        cols["switch"].append(sw)
-        cols["goal"].append(g)
         ret[idx] += r
         won[idx] |= mdp.won[s, a]
         state[idx] = mdp.next_state[s, a]
@@ -239,6 +235,21 @@ def truths(values: OptionValues, ro: OptionRollouts) -> dict[str, np.ndarray]:
     sw = values.switch_advantage(s, ro.prev_goal, ro.switch, k)
     turn = values.q_low(s, ro.goal, ro.action, k) - values.value_before(s, ro.prev_goal, k)
     return {"A_low": low, "A_sub": sub, "A_sw": sw, "A_turn": turn}
+
+
+def paper_switch_advantage(
+    tables: tuple[np.ndarray, np.ndarray, np.ndarray], policy: OptionPolicy, ro: OptionRollouts
+) -> np.ndarray:
+    """The paper's closed-form termination advantage (q - beta)(V_high - V_low), per turn, from a
+    critic's tables and the policy's switch probability (0 at turn 0). Not what the authors' code
+    or ``credit/hiper.py`` computes (they use the segment return minus V_term); with the exact
+    values it equals A_sw, so the lab shows it only with the noisy critic, as a reference."""
+    low, high, _ = tables
+    k, s = ro.steps_left, ro.state
+    g = np.maximum(ro.prev_goal, 0)
+    beta = policy.switch[s, g]
+    adv = (ro.switch - beta) * (high[k, s] - low[k, s, g])
+    return np.where(ro.prev_goal < 0, 0.0, adv)
 
 
 def draw_option_tasks(
@@ -355,6 +366,17 @@ def run_hiper_fidelity(
                                 **agreement(est, tru[truth][sel]),
                             }
                         )
+                if "noisy" in tables:
+                    dec = rows["decision"]
+                    est = paper_switch_advantage(tables["noisy"], policy, ro)[dec]
+                    records.append(
+                        {
+                            **base,
+                            "label": "ref:paper-switch[noisy]",
+                            "truth": "A_sw",
+                            **agreement(est, tru["A_sw"][dec]),
+                        }
+                    )
                 batch = hiper_step_batch(ro, subgoals.names)
                 for label, name, opts in flat:
                     adv = np.asarray(credit.compute(batch, name, **opts).advantages)

@@ -51,7 +51,6 @@ __all__ = [
     "distance_to_subgoal",
     "evaluate_options",
     "option_policy",
-    "uniform_option_policy",
 ]
 
 
@@ -145,16 +144,6 @@ def _softmax(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
     z = z - z.max(axis=-1, keepdims=True)
     e = np.exp(z)
     return e / e.sum(axis=-1, keepdims=True)
-
-
-def uniform_option_policy(mdp: TabularMDP, subgoals: Subgoals, switch: float = 0.3) -> OptionPolicy:
-    """Switch with a fixed probability, pick subgoals and admissible actions uniformly."""
-    S, A = mdp.mask.shape
-    G = subgoals.num
-    action = np.broadcast_to((mdp.mask / mdp.mask.sum(axis=1, keepdims=True))[:, None], (S, G, A))
-    return OptionPolicy(
-        np.full((S, G), switch), np.full((S, G), 1.0 / G), action.copy(), subgoals.names
-    ).check(mdp)
 
 
 def option_policy(

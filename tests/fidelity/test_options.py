@@ -9,6 +9,7 @@ from agentrl import credit
 from agentrl.fidelity.hiper_lab import (
     HiperConfig,
     hiper_step_batch,
+    paper_switch_advantage,
     render_hiper,
     run_hiper_fidelity,
     sample_option_groups,
@@ -185,6 +186,17 @@ def test_hiper_with_exact_critic_is_unbiased(seed, lam_turn, lam_seg):
     dec = ro.t > 0
     sw = np.stack([k, s, ro.prev_goal, ro.switch], axis=1)[dec]
     _cell_means_match(sw, out.components["switch"][dec], tru["A_sw"][dec])
+
+
+def test_paper_switch_form_equals_the_truth_with_exact_values():
+    mdp = three_state(4)
+    policy = toy_policy()
+    values = evaluate_options(mdp, policy)
+    ro = sample_option_groups(mdp, policy, 20, np.random.default_rng(2))
+    tables = (values.low, values.high, values.term)
+    np.testing.assert_allclose(
+        paper_switch_advantage(tables, policy, ro), truths(values, ro)["A_sw"], atol=1e-12
+    )
 
 
 def test_zero_critic_is_biased():
