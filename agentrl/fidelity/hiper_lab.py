@@ -407,7 +407,10 @@ def render_hiper(records: list[dict], context: list[dict], cfg: HiperConfig, see
         "(γ = 1, λ_turn = 1, λ_seg = 0.95, batch standardisation). Truths at γ = 1. "
         "Brackets: 95 % bootstrap intervals over seeds.",
         "- Rows compared: `action` and the flat modules on every turn, `subgoal` on segment "
-        "starts, `switch` on turns t ≥ 1 (turn 0's SWITCH is forced: no decision, no truth).",
+        "starts, `switch` on turns t ≥ 1 (turn 0's SWITCH is forced: no decision, no truth). "
+        "`ref:paper-switch[noisy]`: the paper's closed-form termination advantage "
+        "(q − β)(V_high − V_low) from the noisy critic and the policy's β (a reference, not a "
+        "module: the authors' code and `credit/hiper.py` use the segment return minus V_term).",
         "",
         "| policy | N | rollout success | segments per rollout | turns per batch |",
         "|---|---|---|---|---|",
