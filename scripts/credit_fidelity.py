@@ -2,10 +2,12 @@
 
     python scripts/credit_fidelity.py                 # full report -> docs/credit-fidelity.md
     python scripts/credit_fidelity.py --quick --out /tmp/cf.md --no-plots
+    python scripts/credit_fidelity.py --sections hiper   # only the HiPER section (seconds)
 
 Runs every module registered in ``credit`` (plus the variants and references below) on groups of
 rollouts sampled from small environments whose exact V^pi / Q^pi are known, and trains a
-tabular softmax policy with each. Writes tables between the generated-section markers of the
+tabular softmax policy with each; HiPER, whose three streams need an option policy, gets its own
+section (``agentrl.fidelity.hiper_lab``). Writes tables between the generated-section markers of the
 output markdown (the hand-written text around them is kept) and PNG plots next to it.
 Reproducible from ``--seed``: the same seed and the same set of modules give the same numbers.
 """
@@ -35,6 +37,7 @@ from agentrl.fidelity.experiment import (  # noqa: E402
     run_fidelity,
     run_learning,
 )
+from agentrl.fidelity.hiper_lab import HiperConfig, render_hiper, run_hiper_fidelity  # noqa: E402
 from agentrl.fidelity.modules import LEFT_OUT, default_specs, parse_module_spec  # noqa: E402
 from agentrl.fidelity.tasks import ENVS  # noqa: E402
 
@@ -234,6 +237,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="comma-separated extra learning rates for a sensitivity table (full default: 0.03,0.3)",
     )
+    ap.add_argument(
+        "--sections",
+        default="main,hiper",
+        help="comma-separated report sections to run and rewrite: main (every flat module: "
+        "fidelity and learning), hiper (HiPER against the exact option advantages)",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "credit-fidelity.md")
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument(
@@ -242,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
 
+    sections = {x.strip() for x in args.sections.split(",") if x.strip()}
+    if not sections or sections - {"main", "hiper"}:
+        ap.error(f"--sections must name main and/or hiper, got {args.sections!r}")
     envs = tuple(e.strip() for e in args.envs.split(",") if e.strip())
     unknown = [e for e in envs if e not in ENVS]
     if unknown:
@@ -283,11 +295,31 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
         )
 
+    hcfg = (
+        HiperConfig(
+            group_sizes=(4, 8), tasks_per_batch=4, seeds=args.fidelity_seeds or 2, seed=args.seed
+        )
+        if args.quick
+        else HiperConfig(seeds=args.fidelity_seeds or 10, seed=args.seed)
+    )
     t0 = time.perf_counter()
 
     def progress(msg: str) -> None:
         print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", flush=True)
 
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    doc = args.out.read_text(encoding="utf-8") if args.out.exists() else DEFAULT_DOC
+    if "hiper" in sections:
+        hrec, hctx = run_hiper_fidelity(hcfg, progress)
+        cmd = "python scripts/credit_fidelity.py" + "".join(f" {shlex.quote(a)}" for a in args.argv)
+        text = f"Command: `{cmd}` (seed {args.seed}).\n\n" + render_hiper(
+            hrec, hctx, hcfg, args.seed
+        )
+        doc = report.splice(doc, text, report.HIPER_BEGIN, report.HIPER_END)
+        args.out.write_text(doc, encoding="utf-8")
+        progress(f"wrote the HiPER section of {args.out}")
+    if "main" not in sections:
+        return 0
     frec, fctx, fstatus = run_fidelity(fcfg, specs, progress)
     lrec, lstatus = run_learning(lcfg, specs, progress)
     fagg = report.aggregate_fidelity(frec, args.seed)
@@ -301,7 +333,6 @@ def main(argv: list[str] | None = None) -> int:
         sweep[lr] = report.aggregate_learning(rec, args.seed)
     wall = time.perf_counter() - t0
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     plots = not args.no_plots
     if plots:
         try:
@@ -328,7 +359,6 @@ def main(argv: list[str] | None = None) -> int:
     generated = render(
         args, specs, fcfg, lcfg, frec, fctx, fstatus, lagg, lstatus, fagg, wall, plots, sweep
     )
-    doc = args.out.read_text(encoding="utf-8") if args.out.exists() else DEFAULT_DOC
     args.out.write_text(report.splice(doc, generated), encoding="utf-8")
     if args.json:
         raw = {

@@ -5,7 +5,9 @@ enumerable, so V^pi and Q^pi of a fixed policy follow exactly by dynamic program
 (state, steps left). The lab samples groups of rollouts as training does, runs every registered
 credit module on them, and measures how well each module's advantages agree with the true
 A^pi; then it trains a tabular softmax policy with each module to measure learning speed.
-``scripts/credit_fidelity.py`` runs both and writes ``docs/credit-fidelity.md``.
+HiPER's three streams are measured against the exact advantages of a fixed option policy
+(:mod:`.options`, :mod:`.hiper_lab`). ``scripts/credit_fidelity.py`` runs all of it and writes
+``docs/credit-fidelity.md``.
 """
 
 from .mdp import (

@@ -68,9 +68,9 @@ class ModuleSpec:
 LEFT_OUT = {
     "compose": "a combinator: with its defaults it is its base (grpo); measure a composition by "
     'naming it, e.g. --extra \'compose:{"base": "rloo", "terms": ["gigpo"]}\'',
-    "hiper": "needs a policy that writes switch decisions and subgoals and a three-head critic; "
-    "the lab's MDPs have neither (its estimator is checked against the authors' code: "
-    "scripts/hiper_parity.py)",
+    "hiper": "its three streams need a policy that writes switch decisions and subgoals, and a "
+    "three-head critic: measured in its own section (HiPER: hierarchical advantages against the "
+    "exact option advantages) on an option policy over the pick-and-place tasks",
 }
 
 

@@ -26,8 +26,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from .mdp import TabularMDP
+from .options import Subgoals
 
-__all__ = ["PickPlaceTask", "make_task", "pickplace_mdp", "pickplace_tasks"]
+__all__ = [
+    "SUBGOALS",
+    "PickPlaceTask",
+    "make_task",
+    "pickplace_mdp",
+    "pickplace_subgoals",
+    "pickplace_tasks",
+]
 
 # (receptacle type, openable) as in ALFWorld's scenes.
 RECEPTACLES: tuple[tuple[str, bool], ...] = (
@@ -99,6 +107,16 @@ def make_task(rng: np.random.Generator, n_receptacles: int = 5) -> PickPlaceTask
 _State = tuple[int, int, int]
 
 
+def _state_key(task: PickPlaceTask, s: _State) -> str:
+    """The readable canonical key of a state (``TabularMDP.state_keys``)."""
+    R = len(task.receptacles)
+    loc, opened, place = s
+    where = "middle" if loc == R else task.receptacles[loc]
+    opens = ",".join(task.receptacles[j] for j in range(R) if opened >> j & 1)
+    held = "held" if place == R else task.receptacles[place]
+    return f"at={where}|open={opens}|{task.obj}={held}"
+
+
 def _step(task: PickPlaceTask, s: _State, slot: str) -> tuple[_State, bool, int] | None:
     """(next state, won, milestones) of a command, or None when it is not admissible."""
     R = len(task.receptacles)
@@ -162,14 +180,6 @@ def pickplace_mdp(task: PickPlaceTask, horizon: int = 12, name: str = "pickplace
         ms.append(row_m)
         mask.append(row_ok)
     won_arr = np.array(won, dtype=bool)
-
-    def key(s: _State) -> str:
-        loc, opened, place = s
-        where = "middle" if loc == R else task.receptacles[loc]
-        opens = ",".join(task.receptacles[j] for j in range(R) if opened >> j & 1)
-        held = "held" if place == R else task.receptacles[place]
-        return f"at={where}|open={opens}|{task.obj}={held}"
-
     return TabularMDP(
         next_state=np.array(nxt, dtype=np.int64),
         reward=np.where(won_arr, SUCCESS_REWARD, 0.0),
@@ -179,7 +189,7 @@ def pickplace_mdp(task: PickPlaceTask, horizon: int = 12, name: str = "pickplace
         mask=np.array(mask, dtype=bool),
         start=np.array([0], dtype=np.int64),
         horizon=horizon,
-        state_keys=tuple(key(s) for s in order),
+        state_keys=tuple(_state_key(task, s) for s in order),
         action_names=slots,
         task_names=(name,),
     )
@@ -195,3 +205,40 @@ def pickplace_tasks(
         )
         for s in task_seeds
     ]
+
+
+#: The plan of every task, one subgoal per stage (HiPER's subgoal span writes one of these).
+SUBGOALS: tuple[str, ...] = (
+    "go to the object",
+    "take the object",
+    "go to the target",
+    "put the object in the target",
+)
+
+
+def pickplace_subgoals(task: PickPlaceTask, mdp: TabularMDP) -> Subgoals:
+    """Which states of ``mdp`` (built by :func:`pickplace_mdp` from ``task``) achieve each subgoal.
+
+    At the object's receptacle; holding the object; at the target; and the winning put (a
+    transition, not a state: it ends the episode).
+    """
+    R = len(task.receptacles)
+    by_key = {
+        _state_key(task, s): s
+        for s in (
+            (loc, opened, place)
+            for loc in range(R + 1)
+            for opened in range(1 << R)
+            for place in range(R + 1)
+        )
+    }
+    try:
+        states = [by_key[k] for k in mdp.state_keys]
+    except KeyError as exc:
+        raise ValueError(f"state {exc} is not a state of task {task.instruction!r}") from exc
+    loc = np.array([s[0] for s in states])
+    place = np.array([s[2] for s in states])
+    target = np.stack(
+        [loc == task.obj_start, place == R, loc == task.target, np.zeros(len(states), bool)]
+    )
+    return Subgoals(SUBGOALS, target, np.array([False, False, False, True]))

@@ -13,6 +13,8 @@ from .metrics import bootstrap_ci
 __all__ = [
     "BEGIN",
     "END",
+    "HIPER_BEGIN",
+    "HIPER_END",
     "aggregate_fidelity",
     "aggregate_learning",
     "fidelity_tables",
@@ -24,6 +26,9 @@ __all__ = [
 
 BEGIN = "<!-- BEGIN GENERATED: scripts/credit_fidelity.py -->"
 END = "<!-- END GENERATED: scripts/credit_fidelity.py -->"
+#: Markers of the HiPER section (regenerated on its own with ``--sections hiper``).
+HIPER_BEGIN = "<!-- BEGIN GENERATED: scripts/credit_fidelity.py hiper -->"
+HIPER_END = "<!-- END GENERATED: scripts/credit_fidelity.py hiper -->"
 METRICS = ("pearson", "spearman", "sign", "zero")
 
 
@@ -287,11 +292,11 @@ def plot_learning(
     plt.close(fig)
 
 
-def splice(document: str, generated: str) -> str:
-    """Replace the text between the BEGIN/END markers (append both when absent)."""
-    block = f"{BEGIN}\n{generated.rstrip()}\n{END}"
-    if BEGIN in document and END in document:
-        head, _, rest = document.partition(BEGIN)
-        _, _, tail = rest.partition(END)
+def splice(document: str, generated: str, begin: str = BEGIN, end: str = END) -> str:
+    """Replace the text between the ``begin``/``end`` markers (append both when absent)."""
+    block = f"{begin}\n{generated.rstrip()}\n{end}"
+    if begin in document and end in document:
+        head, _, rest = document.partition(begin)
+        _, _, tail = rest.partition(end)
         return head + block + tail
     return document.rstrip() + "\n\n" + block + "\n"

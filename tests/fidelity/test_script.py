@@ -5,6 +5,7 @@ import re
 from pathlib import Path
 
 from agentrl import credit
+from agentrl.fidelity import report
 from agentrl.fidelity.modules import LEFT_OUT
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "credit_fidelity.py"
@@ -37,7 +38,19 @@ def test_quick_mode_writes_report_and_plots(tmp_path):
     # A rerun replaces the generated block instead of appending a second one.
     assert main(["--quick", "--out", str(out), "--no-plots"]) == 0
     again = out.read_text(encoding="utf-8")
-    assert again.count("BEGIN GENERATED") == 1 and again.startswith("# Mine")
+    assert again.count(report.BEGIN) == 1 and again.startswith("# Mine")
+    assert again.count(report.HIPER_BEGIN) == 1 and "| hiper[exact] action | A_low |" in again
+
+
+def test_hiper_section_alone_keeps_the_rest(tmp_path):
+    main = _main().main
+    out = tmp_path / "report.md"
+    main(["--quick", "--no-plots", "--out", str(out), "--sections", "main"])
+    before = out.read_text(encoding="utf-8")
+    assert report.HIPER_BEGIN not in before
+    assert main(["--quick", "--out", str(out), "--sections", "hiper"]) == 0
+    after = out.read_text(encoding="utf-8")
+    assert after.startswith(before.rstrip()) and report.HIPER_BEGIN in after
 
 
 def test_quick_mode_is_reproducible(tmp_path):
