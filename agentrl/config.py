@@ -400,10 +400,12 @@ class LearnerConfig:
     )
     eps: float = opt(1e-8, "AdamW epsilon", POSITIVE)
     epochs: int = opt(2, "PPO epochs over each iteration's steps", num(1))
-    minibatch_size: int = opt(256, "sequences (agent steps) per optimiser step", num(1))
-    micro_batch_size: int = opt(
-        256, "sequences per forward/backward (gradients accumulate)", num(1)
+    minibatch_size: int = opt(
+        64,
+        "sequences (agent steps) per optimiser step (64: 4x the steps of 256, same compute)",
+        num(1),
     )
+    micro_batch_size: int = opt(64, "sequences per forward/backward (gradients accumulate)", num(1))
     micro_batch_tokens: int | None = opt(
         None,
         "and at most this many padded tokens per micro-batch (null: no cap; trainer=default takes model.micro_batch_tokens)",
@@ -426,19 +428,19 @@ class LearnerConfig:
     )
     kl_estimator: str = opt("k3", "KL estimator", one_of("k1", "k3"))
     entropy_coef: float = opt(
-        0.01, "entropy bonus weight (keeps the tiny policy from collapsing early)", num()
+        0.05, "entropy bonus weight (keeps the tiny policy exploring rooms it fails)", num()
     )
     value_coef: float = opt(0.5, "value-head loss weight (modules that need values)", NON_NEGATIVE)
     value_lr: float | None = opt(None, "value-head learning rate (null: lr)", optional(POSITIVE))
     value_clip: float | None = opt(None, "value-loss clip range (null: none)", optional(POSITIVE))
     lr_schedule: str = opt(
-        "constant",
+        "cosine",
         "learning-rate schedule over iterations: constant, linear or cosine (decay to lr_min_ratio x lr)",
         one_of("constant", "linear", "cosine"),
     )
     lr_warmup: int = opt(0, "iterations of linear warm-up from 0 to lr", num(0))
     lr_min_ratio: float = opt(
-        0.0, "the decayed rate at the last iteration, as a fraction of lr", num(0, 1)
+        0.1, "the decayed rate at the last iteration, as a fraction of lr", num(0, 1)
     )
     dtype: str = opt(
         "auto",
