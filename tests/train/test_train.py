@@ -130,6 +130,8 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
         "trainer.checkpoint_every=2",
         "trainer.keep_checkpoints=5",
         "trainer.eval_initial=false",
+        # the interruption is simulated by a shorter run; a schedule depends on the run's length
+        "trainer.lr_schedule=constant",
     ]
     _run(tmp_path / "full", *base)
     # The interrupted run: stop after 2 iterations (its checkpoint at 2), then resume to 4.
