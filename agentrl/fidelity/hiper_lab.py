@@ -49,6 +49,7 @@ from .options import (
 )
 from .pickplace import make_task, pickplace_mdp, pickplace_subgoals
 from .report import _fmt, aggregate_fidelity
+from .sampler import rows_in_order
 
 __all__ = [
     "CRITICS",
@@ -158,9 +159,7 @@ def sample_option_groups(
         state[idx] = mdp.next_state[s, a]
         goal[idx] = g
         alive[idx[d]] = False
-    flat = {k: np.concatenate(v) for k, v in cols.items()}
-    order = np.lexsort((flat["t"], flat["traj"]))
-    flat = {k: v[order] for k, v in flat.items()}
+    flat = rows_in_order(cols)
     return OptionRollouts(
         task=traj_task[flat["traj"]],
         steps_left=H - flat["t"],

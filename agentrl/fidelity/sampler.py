@@ -17,6 +17,14 @@ from .mdp import TabularMDP
 __all__ = ["Rollouts", "sample_groups", "to_step_batch"]
 
 
+def rows_in_order(cols: dict[str, list[np.ndarray]]) -> dict[str, np.ndarray]:
+    """Per-step columns gathered step by step over live trajectories, concatenated and ordered by
+    (trajectory, step): the row order of a step batch."""
+    flat = {k: np.concatenate(v) for k, v in cols.items()}
+    order = np.lexsort((flat["t"], flat["traj"]))
+    return {k: v[order] for k, v in flat.items()}
+
+
 @dataclass(frozen=True)
 class Rollouts:
     """Per-step arrays (ordered by trajectory, then time) and per-trajectory summaries."""
@@ -91,9 +99,7 @@ def sample_groups(
         won[idx] |= mdp.won[s, a]
         state[idx] = mdp.next_state[s, a]
         alive[idx[d]] = False
-    flat = {k: np.concatenate(v) for k, v in cols.items()}
-    order = np.lexsort((flat["t"], flat["traj"]))
-    flat = {k: v[order] for k, v in flat.items()}
+    flat = rows_in_order(cols)
     return Rollouts(
         task=traj_task[flat["traj"]],
         steps_left=H - flat["t"],
