@@ -71,8 +71,12 @@ def kill_worker(pool, backend: str, w: int) -> str:
         return "killed by SIGKILL"
     import ray
 
+    pid = pool.worker_pids()[w]
     ray.kill(pool.actors[w], no_restart=True)
-    return f"actor {w} (pid {pool.worker_pids()[w]}) died: ActorDiedError"
+    # ray.kill only asks Ray's control store to kill the actor: a call sent right after it can
+    # still run on the live actor (CI saw that once). Wait until the process is gone, as a crash is.
+    assert not _wait_gone([pid]), f"actor {w} (pid {pid}) still alive 15 s after ray.kill"
+    return f"actor {w} (pid {pid}) died: ActorDiedError"
 
 
 def _alive(pid: int) -> bool:
