@@ -10,6 +10,9 @@ and generation engine, then:
   batch (row for row the single-process batch, see :func:`agentrl.distributed.gather_step_batch`)
   and renumbers this rank's learner sequences to their global rows: credit is computed on the
   global batch (every rank computes the same), the learner reads each rank's own rows;
+- :func:`play_as_one_process` plays a list of resets as one process would, every rank a share
+  of each of its chunks in lockstep, and gathers the episodes on every rank (held-out
+  evaluation; dynamic sampling's draws, whose groups every rank then chooses alike);
 - :func:`gather_episodes` collects the episodes of all ranks without their token ids (for the
   iteration's metrics and the evaluation report); :func:`reduce_stats` sums token counts and
   takes the slowest rank's times;
@@ -22,7 +25,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -34,12 +37,10 @@ __all__ = [
     "global_step_batch",
     "local_share",
     "lockstep",
+    "play_as_one_process",
     "reduce_stats",
     "rollout_replica",
-    "shard_items",
 ]
-
-T = TypeVar("T")
 
 
 def local_share(resets: Sequence[ResetSpec], group_size: int) -> tuple[list[ResetSpec], int]:
@@ -52,12 +53,6 @@ def local_share(resets: Sequence[ResetSpec], group_size: int) -> tuple[list[Rese
     groups = D.shard_groups(len(resets) // group_size)
     start = groups.start * group_size
     return list(resets[start : groups.stop * group_size]), start
-
-
-def shard_items(items: Sequence[T]) -> tuple[list[T], int]:
-    """This rank's contiguous block of ``items`` (e.g. held-out tasks) and its first index."""
-    block = D.shard_groups(len(items))
-    return list(items[block.start : block.stop]), block.start
 
 
 def _light(ep: EpisodeResult) -> EpisodeResult:
@@ -93,6 +88,43 @@ def global_step_batch(
     if offset:
         seqs = [dataclasses.replace(s, step_row=s.step_row + offset) for s in seqs]
     return batch, seqs, offset
+
+
+def play_as_one_process(
+    runner: Any,
+    resets: Sequence[ResetSpec],
+    *,
+    temperature: float,
+    seed: int,
+    traj_offset: int = 0,
+    stats: RolloutStats | None = None,
+    whole: bool = False,
+) -> list[EpisodeResult]:
+    """Every episode one process would play for ``resets``, on every rank; in one process,
+    ``runner.play``'s own episodes.
+
+    One process plays ``resets`` in chunks of its pool; every rank's pool together is that pool
+    (``rollout.tasks_per_iter`` groups). So each chunk is split in rank order, each rank taking as
+    many resets as its pool holds (possibly none), played in lockstep with the chunk's seed and
+    trajectory ids, and gathered: sampled episodes are one process's, not just equally valid
+    draws. ``whole``: gather with token ids (to train on); else without (to report).
+    """
+    if not D.is_distributed():
+        return runner.play(resets, temperature=temperature, seed=seed, traj_offset=traj_offset,
+                           stats=stats)  # fmt: skip
+    sizes = D.all_gather_objects(len(runner.pool))
+    chunk, first = sum(sizes), sum(sizes[: D.rank()])  # one process's pool; where ours starts
+    out: list[EpisodeResult] = []
+    for start in range(0, len(resets), chunk):
+        part = resets[start : start + chunk]
+        lo, hi = min(first, len(part)), min(first + len(runner.pool), len(part))
+        eps = runner.play(part[lo:hi], temperature=temperature, seed=seed, seed_start=start,
+                          traj_offset=traj_offset + start + lo, stats=stats,
+                          step_sync=lockstep())  # fmt: skip
+        if not whole:
+            eps = [_light(ep) for ep in eps]
+        out += [ep for rank_eps in D.all_gather_objects(eps) for ep in rank_eps]
+    return out
 
 
 def lockstep() -> Callable[[int], tuple[int, bool]] | None:

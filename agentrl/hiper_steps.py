@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from . import distributed as D
 from .credit import StepBatch
 from .learner import Learner, StepSequence
 from .learner.span_routing import route_spans
@@ -82,7 +83,10 @@ def prepare(
     """The step batch with the critic's three values, and the responses' span layout."""
     layout = span_layout(tokenizer, fmt, seqs)
     values = np.zeros((len(batch), 3))
-    values[[s.step_row for s in seqs]] = learner.hiper_values(seqs, layout.low_pos)
+    rows = [s.step_row for s in seqs]
+    mine = learner.hiper_values(seqs, layout.low_pos)
+    for part_rows, part in D.all_gather_objects((rows, mine)):  # torchrun: every rank's rows
+        values[part_rows] = part
     extras = {**batch.extras, "value_high": values[:, 1], "value_term": values[:, 2]}
     return dataclasses.replace(batch, value=values[:, 0], extras=extras), layout
 

@@ -9,8 +9,9 @@ from typing import Any
 import numpy as np
 
 from . import credit
+from . import distributed as D
 from .config import TrainConfig
-from .data_parallel import local_share, lockstep
+from .data_parallel import local_share, lockstep, play_as_one_process
 from .dynamic_sampling import sample_informative
 from .evaluation.tasks import eval_resets, make_tasks
 from .learner import Learner
@@ -93,8 +94,9 @@ def play_iteration(
         d = played["draws"]
         resets = train_resets(cfg, it, train_ids, k, draw=d, first_group=played["groups"])
         seed = chunk_seed(cfg.seed, it, 2, *([d] if d else []))
-        eps = runner.play(resets, temperature=r.temperature, seed=seed,
-                          traj_offset=played["episodes"], stats=stats)  # fmt: skip
+        # torchrun: every rank gets all the draw's episodes, so all choose the same groups
+        eps = play_as_one_process(runner, resets, temperature=r.temperature, seed=seed,
+                                  traj_offset=played["episodes"], stats=stats, whole=True)  # fmt: skip
         played["draws"], played["groups"] = d + 1, played["groups"] + k
         played["episodes"] += len(eps)
         return [eps[i : i + r.group_size] for i in range(0, len(eps), r.group_size)]
@@ -111,7 +113,11 @@ def play_iteration(
     )
     metrics = {f"rollout/{k}": float(v) for k, v in result.metrics.items()}
     metrics["rollout/dynamic_sampling/drawn_rollouts"] = float(played["episodes"])
-    return [ep for group in result.groups for ep in group], metrics
+    groups = result.groups
+    if D.is_distributed():  # every rank holds every kept group: keep this rank's block
+        block = D.shard_groups(len(groups))
+        groups = groups[block.start : block.stop]
+    return [ep for group in groups for ep in group], metrics
 
 
 def held_out_resets(cfg: TrainConfig, pool: Any) -> list[ResetSpec]:

@@ -96,9 +96,6 @@ def build(cfg: TrainConfig) -> Parts:
     if dist.world_size > r.tasks_per_iter:
         raise ValueError(f"rollout.tasks_per_iter={r.tasks_per_iter} is below the {dist.world_size} "
                          "ranks of torchrun: every rank needs at least one task group")  # fmt: skip
-    if dist.distributed and (r.dynamic_sampling or cfg.credit.token is not None):
-        raise ValueError("rollout.dynamic_sampling and credit.token are not supported under "
-                         "torchrun yet (docs/distributed.md)")  # fmt: skip
     tiny = asdict(m.tiny) if m.tiny is not None and m.name == "tiny" else None
     model, tok, model_path = load_model(m.name, tiny=tiny, dtype=m.dtype, device=device)
     if m.gradient_checkpointing:  # activations recomputed in the backward pass: less memory
@@ -109,9 +106,6 @@ def build(cfg: TrainConfig) -> Parts:
                            target_modules=lo.target_modules)  # fmt: skip
     options = credit_options(cfg)
     needs = credit.needs(cfg.credit.name, **options)
-    if dist.distributed and "value_high" in needs:
-        raise ValueError(f"credit={cfg.credit.name} (HiPER's value heads) is not supported under "
-                         "torchrun yet (docs/distributed.md)")  # fmt: skip
     engine_model = None
     kw = dict(value_head="value" in needs, temperature=r.temperature,
               value_outputs=3 if "value_high" in needs else 1,
@@ -165,10 +159,9 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
 
     def evaluate(label: str):
         """Greedy (``rollout.eval_temperature``) episodes on the fixed held-out tasks."""
-        mine, first = DP.shard_items(held_out)  # torchrun: each rank a block, then gathered
-        eps = runner.play(mine, temperature=r.eval_temperature, seed=eval_seed(cfg.seed),
-                          traj_offset=first)  # fmt: skip
-        eps = DP.gather_episodes(eps)
+        # torchrun: each rank a share of every chunk, in lockstep, then gathered (one process's)
+        eps = DP.play_as_one_process(runner, held_out, temperature=r.eval_temperature,
+                                     seed=eval_seed(cfg.seed))  # fmt: skip
         records = [record_from_rollout(ep, e.id) for ep in eps]
         meta = {"label": label, "split": e.eval_split, "greedy": r.eval_temperature == 0}
         report = summarize(records, meta=meta)

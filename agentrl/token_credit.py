@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from . import distributed as D
 from .config import TrainConfig
 from .credit import StepBatch, token_shapers
 from .hiper_steps import SpanLayout, update_kwargs
@@ -90,8 +91,17 @@ def shaped_token_advantages(
     }
     if "token_id" in flat:
         flat["token_id"] = flat["token_id"].astype(np.int64)
+    # torchrun: a shaper may compare a step's tokens with other steps' (LESS's segments, the
+    # batch-wide statistics of some shapers), so every rank shapes the whole batch's tokens, in
+    # global row order (ranks hold contiguous blocks of groups), and keeps its own slice
+    parts = D.all_gather_objects((step, flat))
+    first = sum(len(p[0]) for p in parts[: D.rank()])
+    if len(parts) > 1:
+        step = np.concatenate([p[0] for p in parts])
+        flat = {k: np.concatenate([p[1][k] for p in parts]) for k in flat}
     tokens = token_shapers.TokenBatch(step=step, **flat)
     shaped = token_shapers.shape(batch, step_adv, tokens, name, **cfg.credit.token_options)
+    shaped = shaped[first : first + sum(lengths)]
     return np.split(shaped, np.cumsum(lengths)[:-1])
 
 
@@ -116,7 +126,8 @@ def update_inputs(
     if spans is not None:
         kw.update(update_kwargs(res, spans, batch, seqs))
         kept = np.concatenate(kw["loss_masks"]) if seqs else np.zeros(0, bool)
-        metrics["credit/span_token_fraction"] = float(kept.mean()) if len(kept) else 0.0
+        local = {"credit/span_token_fraction": float(kept.mean()) if len(kept) else 0.0}
+        metrics.update(D.reduce_metrics(local, weight=len(kept)))  # torchrun: over all ranks
     elif cfg.credit.token is not None:
         tok = shaped_token_advantages(
             cfg, learner, tokenizer, episodes, batch, seqs, res.advantages
@@ -124,10 +135,11 @@ def update_inputs(
         kw["token_advantages"] = tok
         flat = np.concatenate(tok) if tok else np.zeros(0)
         base = np.repeat(res.advantages[[s.step_row for s in seqs]], [len(t) for t in tok])
-        metrics["credit/token_advantage_abs_mean"] = (
-            float(np.abs(flat).mean()) if len(flat) else 0.0
-        )
-        metrics["credit/token_sign_flips"] = (
-            float(np.mean(np.sign(flat) * np.sign(base) < 0)) if len(flat) else 0.0
-        )
+        local = {
+            "credit/token_advantage_abs_mean": float(np.abs(flat).mean()) if len(flat) else 0.0,
+            "credit/token_sign_flips": (
+                float(np.mean(np.sign(flat) * np.sign(base) < 0)) if len(flat) else 0.0
+            ),
+        }
+        metrics.update(D.reduce_metrics(local, weight=len(flat)))  # torchrun: over all ranks
     return kw, metrics

@@ -190,37 +190,19 @@ class FSDPLearner(Learner):
         """A one-token sequence run (with weight 0) by a rank with fewer micro-batches."""
         return StepSequence([self.pad_token_id], [self.pad_token_id], [0.0], step_row)
 
-    def _padded(self, seqs: Sequence[StepSequence], rows) -> tuple[list, list[list[int]], int]:
+    def _scoring_plan(
+        self, seqs: Sequence[StepSequence], rows
+    ) -> tuple[list, list[list[int]], int]:
         """``seqs`` plus a dummy at index ``len(seqs)``, this rank's micro-batches of ``rows``
-        padded with dummy micro-batches to the largest count of any rank, and the real count."""
+        padded with dummy micro-batches to the largest count of any rank, and the real count:
+        every rank runs as many forwards (each is a collective under FSDP)."""
         ext = list(seqs) + [self._dummy()]
         mbs = self._micro_batches(seqs, np.asarray(rows, dtype=np.int64))
         real = len(mbs)
         mbs += [[len(seqs)]] * (self._max_over_ranks(real) - real)
         return ext, mbs, real
 
-    # -- no-grad passes ------------------------------------------------------------------------
-    @torch.no_grad()
-    def logprobs(self, seqs: Sequence[StepSequence], reference: bool = False) -> list[np.ndarray]:
-        out: list[np.ndarray] = [np.zeros(0, np.float32)] * len(seqs)
-        model, ctx = self._scoring_model(reference)
-        was = model.training
-        model.eval()
-        ext, mbs, real = self._padded(seqs, np.arange(len(seqs)))
-        with ctx, self.autocast():
-            for j, idx in enumerate(mbs):
-                batch = collate([ext[i] for i in idx], self.pad_token_id).to(self.device)
-                from .forward import response_forward
-
-                fo = response_forward(model, batch, self.temperature, want_entropy=False)
-                if j >= real:
-                    continue
-                lp = fo.logprobs.float().cpu().numpy()
-                for k, i in enumerate(idx):
-                    out[i] = lp[k, : len(seqs[i].response_ids)]
-        model.train(was)
-        return out
-
+    # -- no-grad passes (log-probs and token signals: the base class's, with the padded plan) ----
     @torch.no_grad()
     def prompt_features(
         self, prompts: Sequence[Sequence[int]], embedding_layer: int | None = None
@@ -231,7 +213,7 @@ class FSDPLearner(Learner):
         values = np.zeros(n, np.float32) if self.value_head is not None else None
         embs: np.ndarray | None = None
         seqs = [StepSequence(list(p), [], [], i) for i, p in enumerate(prompts)]
-        ext, mbs, real = self._padded(seqs, np.arange(n))
+        ext, mbs, real = self._scoring_plan(seqs, np.arange(n))
         ext[-1] = StepSequence([self.pad_token_id], [], [], 0)
         with self.autocast():
             for j, idx in enumerate(mbs):
@@ -272,15 +254,6 @@ class FSDPLearner(Learner):
     # ``returns`` and ``old_values`` are indexed by global row.
     def _epochs(self, seqs, adv, returns, old_values, seed) -> dict[str, float]:
         cfg = self.cfg
-        if (
-            self._token_adv is not None
-            or self._loss_masks is not None
-            or self._value_rows is not None
-        ):
-            raise NotImplementedError(
-                "token-level advantages, loss masks and HiPER's value heads are not supported "
-                "by the sharded learner yet (credit.token, credit=hiper under torchrun)"
-            )
         n_global = len(adv)
         local_of = np.full(n_global, -1, dtype=np.int64)
         for k, s in enumerate(seqs):
@@ -289,19 +262,35 @@ class FSDPLearner(Learner):
                     f"sequence {k} has step_row {s.step_row} outside the global batch of {n_global} rows"
                 )
             local_of[s.step_row] = k
-        # Response lengths of every global row (for the global loss normalisers).
+        # Response lengths of every global row (for the global loss normalisers) and whether a
+        # row has any non-zero advantage (only those need a forward when zeros can be skipped).
         lengths = np.zeros(n_global, dtype=np.int64)
         seen = np.zeros(n_global, dtype=np.int64)
-        for part in D.all_gather_objects([(s.step_row, len(s.response_ids)) for s in seqs]):
-            for row, n in part:
+        active = adv != 0.0
+        tok = self._token_adv
+        mine = [
+            (s.step_row, len(s.response_ids), bool(np.any(tok[k])) if tok is not None else None)
+            for k, s in enumerate(seqs)
+        ]
+        for part in D.all_gather_objects(mine):
+            for row, n, nonzero in part:
                 lengths[row] = n
                 seen[row] += 1
+                if nonzero is not None:
+                    active[row] = nonzero
         if (seen != 1).any():
             bad = np.flatnonzero(seen != 1)[:5].tolist()
             raise ValueError(
                 f"every global step row must be held by exactly one rank; rows {bad} are not"
             )
         ref = self.logprobs(seqs, reference=True) if cfg.kl_coef > 0 else None
+        # the padding micro-batches' dummy sequence (index len(seqs)): its per-token inputs
+        if tok is not None:
+            self._token_adv = list(tok) + [np.zeros(1, np.float32)]
+        if self._loss_masks is not None:
+            self._loss_masks = list(self._loss_masks) + [np.zeros(1, bool)]
+        if self._value_rows is not None:
+            self._value_rows = self._value_rows.with_dummy()
         self._apply_lr_schedule()
         rng = np.random.default_rng(seed)
         self.model.train()
@@ -312,7 +301,7 @@ class FSDPLearner(Learner):
             for start in range(0, n_global, cfg.minibatch_size):
                 mb = perm[start : start + cfg.minibatch_size]
                 stats = self._sharded_minibatch_step(
-                    seqs, mb, local_of, lengths, adv, ref, returns, old_values
+                    seqs, mb, local_of, lengths, active, adv, ref, returns, old_values
                 )
                 for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + v
@@ -323,17 +312,19 @@ class FSDPLearner(Learner):
         return {k: v / counts[k] for k, v in sums.items()}
 
     def _sharded_minibatch_step(
-        self, seqs, mb, local_of, lengths, adv, ref, returns, old_values
+        self, seqs, mb, local_of, lengths, active, adv, ref, returns, old_values
     ) -> dict[str, float]:
         cfg = self.cfg
         denom = self._normaliser([int(lengths[r]) for r in mb])
         value_denom = max(len(mb), 1)
-        if self._skips_zero_advantages():
-            mb = np.asarray([r for r in mb if adv[r] != 0.0], dtype=np.int64)
+        if self._value_rows is not None:  # HiPER's heads: rows that train each, over all ranks
+            value_denom = self._value_rows.row_denominators(mb)
+        if self._skips_zero_advantages():  # as Learner._minibatch_step, decided on global rows
+            mb = np.asarray([r for r in mb if active[r]], dtype=np.int64)
         processed = len(mb)  # global
         local = [int(local_of[r]) for r in mb if local_of[r] >= 0]
         self.optimizer.zero_grad(set_to_none=True)
-        ext, mbs, real = self._padded(seqs, local)
+        ext, mbs, real = self._scoring_plan(seqs, local)
         ref_ext = None if ref is None else list(ref) + [np.zeros(1, np.float32)]
         acc: dict[str, float] = {}
         bad = ""

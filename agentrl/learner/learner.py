@@ -147,6 +147,15 @@ class Learner:
             return self.reference, contextlib.nullcontext()
         return self.model, contextlib.nullcontext()
 
+    def _scoring_plan(
+        self, seqs: Sequence[StepSequence], rows: np.ndarray
+    ) -> tuple[list[StepSequence], list[list[int]], int]:
+        """How a no-grad pass scores ``rows`` of ``seqs``: the sequences to collate from, the
+        micro-batches (indices into them) to run, and how many of those are real. Here all are;
+        the sharded learner adds dummy micro-batches so that every rank runs as many forwards."""
+        mbs = self._micro_batches(seqs, np.asarray(rows, dtype=np.int64))
+        return list(seqs), mbs, len(mbs)
+
     @torch.no_grad()
     def logprobs(self, seqs: Sequence[StepSequence], reference: bool = False) -> list[np.ndarray]:
         """Per sequence, the log-probs of its response tokens under the policy (or reference);
@@ -156,10 +165,13 @@ class Learner:
         model, ctx = self._scoring_model(reference)
         was = model.training
         model.eval()
+        ext, mbs, real = self._scoring_plan(seqs, rows)
         with ctx, self.autocast():
-            for idx in self._micro_batches(seqs, rows):
-                batch = collate([seqs[i] for i in idx], self.pad_token_id).to(self.device)
+            for j, idx in enumerate(mbs):
+                batch = collate([ext[i] for i in idx], self.pad_token_id).to(self.device)
                 fo = response_forward(model, batch, self.temperature, want_entropy=False)
+                if j >= real:  # a sharded learner's dummy micro-batch
+                    continue
                 lp = fo.logprobs.float().cpu().numpy()
                 for k, i in enumerate(idx):
                     out[i] = lp[k, : len(seqs[i].response_ids)]
@@ -226,11 +238,14 @@ class Learner:
         rows, inverse = distinct_rows(seqs)  # equal sequences are scored once
         was = self.model.training
         self.model.eval()
+        ext, mbs, real = self._scoring_plan(seqs, rows)
         with self.autocast():
-            for idx in self._micro_batches(seqs, rows):
-                batch = collate([seqs[i] for i in idx], self.pad_token_id).to(self.device)
+            for j, idx in enumerate(mbs):
+                batch = collate([ext[i] for i in idx], self.pad_token_id).to(self.device)
                 fo = response_forward(self.model, batch, self.temperature,
                                       want_entropy="entropy" in wanted, want_certainty=True)  # fmt: skip
+                if j >= real:  # a sharded learner's dummy micro-batch
+                    continue
                 got = {"entropy": fo.entropy, "self_certainty": fo.self_certainty,
                        "token_logit": fo.token_logit}  # fmt: skip
                 for k in passes:
@@ -250,16 +265,21 @@ class Learner:
         if self.value_head is None or self.value_head.out_features != 3:
             raise ValueError("HiPER values need Learner(value_head=True, value_outputs=3)")
         vals = np.zeros((len(seqs), 3), np.float32)
+        pos = [int(p) for p in low_pos] + [0]  # [0]: a sharded learner's dummy sequence
         was = self.model.training
         self.model.eval()
+        ext, mbs, real = self._scoring_plan(seqs, np.arange(len(seqs)))
         with self.autocast():
-            for idx in self._micro_batches(seqs, np.arange(len(seqs))):
-                batch = collate([seqs[i] for i in idx], self.pad_token_id).to(self.device)
-                cols = torch.as_tensor([batch.prompt_width - 1 + int(low_pos[i]) for i in idx],
+            for j, idx in enumerate(mbs):
+                batch = collate([ext[i] for i in idx], self.pad_token_id).to(self.device)
+                cols = torch.as_tensor([batch.prompt_width - 1 + pos[i] for i in idx],
                                        device=self.device)  # fmt: skip
                 fo = response_forward(self.model, batch, self.temperature, want_entropy=False,
                                       want_hidden=True, hidden_cols=cols)  # fmt: skip
-                vals[idx] = self._three_values(fo).float().cpu().numpy()
+                three = self._three_values(fo)
+                if j >= real:
+                    continue
+                vals[idx] = three.float().cpu().numpy()
         self.model.train(was)
         return vals
 
@@ -582,8 +602,15 @@ class _ValueRows:
         return cls(R, W, p)
 
     def denominators(self, seqs, mb) -> np.ndarray:
-        rows = [seqs[i].step_row for i in mb]
-        return np.maximum(self.weights[rows].sum(0), 1.0)
+        return self.row_denominators([seqs[i].step_row for i in mb])
+
+    def row_denominators(self, rows) -> np.ndarray:
+        """Per head, how many of the mini-batch's step ``rows`` train it (at least 1)."""
+        return np.maximum(self.weights[np.asarray(rows, dtype=np.int64)].sum(0), 1.0)
+
+    def with_dummy(self) -> _ValueRows:
+        """The same rows with a V_low position for a sharded learner's dummy sequence."""
+        return _ValueRows(self.returns, self.weights, [*self.pos, 0])
 
     def loss(self, pred, rows, old_values, denom, cfg) -> torch.Tensor:
         dev = pred.device

@@ -95,21 +95,24 @@ class EpisodeRunner:
         stats: RolloutStats | None = None,
         on_chunk: Callable[[list[EpisodeResult]], None] | None = None,
         step_sync: Callable[[int], tuple[int, bool]] | None = None,
+        seed_start: int = 0,
     ) -> list[EpisodeResult]:
         """One episode per reset spec, in order, ``len(pool)`` at a time. The chunk starting at
-        index ``start`` samples with ``chunk_seed(seed, start)`` and numbers its trajectories from
-        ``traj_offset + start``; ``on_chunk`` sees each chunk's episodes as soon as they end;
-        ``step_sync`` is :func:`~agentrl.rollout.loop.run_episodes`'s (data-parallel runs)."""
+        index ``start`` samples with ``chunk_seed(seed, seed_start + start)`` and numbers its
+        trajectories from ``traj_offset + start``; ``on_chunk`` sees each chunk's episodes as soon
+        as they end; ``step_sync`` is :func:`~agentrl.rollout.loop.run_episodes`'s (data-parallel
+        runs: a rank with no resets still plays one empty chunk, answering every step)."""
         size = len(self.pool)
         episodes: list[EpisodeResult] = []
-        for start in range(0, len(resets), size):
+        n = len(resets) if resets or step_sync is None else 1  # the empty chunk of a lockstep
+        for start in range(0, n, size):
             chunk = run_episodes(
                 self.pool,
                 self.backend,
                 self.builder,
                 self.fmt,
                 resets[start : start + size],
-                self.sampling(temperature, chunk_seed(seed, start)),
+                self.sampling(temperature, chunk_seed(seed, seed_start + start)),
                 max_steps=int(self.settings.max_steps),
                 constrained=bool(self.settings.constrained),
                 traj_offset=traj_offset + start,

@@ -290,10 +290,9 @@ def data_parallel_main(out: str) -> None:
     )
     stats = P.reduce_stats(RolloutStats(generate_s=1.0 + rank(), prompt_tokens=10 * (rank() + 1)))
     gathered = P.gather_episodes(local)
-    shard, first = P.shard_items(list(range(7)))
     parts = __import__("agentrl.distributed", fromlist=["x"]).all_gather_objects(
         {"rank": rank(), "resets": mine, "start": start, "rows": [s.step_row for s in seqs],
-         "offset": offset, "shard": shard, "first": first}
+         "offset": offset}
     )  # fmt: skip
     if rank() == 0:
         torch.save(
@@ -305,10 +304,8 @@ def data_parallel_main(out: str) -> None:
 SOKOBAN = ("Sokoban-v0", {"dim_room": 5, "open_room": True, "search_depth": 1, "max_steps": 10})
 
 
-def play_share(tiny_path: str, groups: int, group_size: int, seed: int):
-    """Play ``groups`` Sokoban groups with the tiny model: all of them in one process, or this
-    rank's share in lockstep under a process group. Returns the episodes (global ids)."""
-    from agentrl import data_parallel as P
+def _runner(tiny_path: str, n_envs: int):
+    """An episode runner with the tiny model on ``n_envs`` short Sokoban envs."""
     from agentrl.backends.hf import HFBackend
     from agentrl.models import load_model
     from agentrl.pool import EnvPool, EnvSpec
@@ -317,26 +314,34 @@ def play_share(tiny_path: str, groups: int, group_size: int, seed: int):
         EpisodeRunner,
         PromptBuilder,
         PromptConfig,
-        ResetSpec,
         RunnerSettings,
     )
 
     torch.manual_seed(0)
     model, tok, _ = load_model(tiny_path)
-    resets = [ResetSpec(g, seed=40 + g) for g in range(groups) for _ in range(group_size)]
-    mine, start = P.local_share(resets, group_size)
     builder = PromptBuilder(
         tok,
         PromptConfig(instruction=False, history=0, admissible_actions=False, observation_prefix=""),
     )
-    runner = EpisodeRunner(
-        EnvPool([EnvSpec(*SOKOBAN)] * len(mine)),
+    return EpisodeRunner(
+        EnvPool([EnvSpec(*SOKOBAN)] * n_envs),
         HFBackend(model, tok.pad_token_id),
         builder,
         ActionFormat(),
         tok,
         RunnerSettings(max_steps=10, max_new_tokens=8, constrained=True),
     )
+
+
+def play_share(tiny_path: str, groups: int, group_size: int, seed: int):
+    """Play ``groups`` Sokoban groups with the tiny model: all of them in one process, or this
+    rank's share in lockstep under a process group. Returns the episodes (global ids)."""
+    from agentrl import data_parallel as P
+    from agentrl.rollout import ResetSpec
+
+    resets = [ResetSpec(g, seed=40 + g) for g in range(groups) for _ in range(group_size)]
+    mine, start = P.local_share(resets, group_size)
+    runner = _runner(tiny_path, len(mine))
     try:
         return runner.play(
             mine, temperature=1.0, seed=seed, traj_offset=start, step_sync=P.lockstep()
@@ -345,20 +350,206 @@ def play_share(tiny_path: str, groups: int, group_size: int, seed: int):
         runner.close()
 
 
-def rollout_main(tiny_path: str, out: str) -> None:
+def play_as_one(tiny_path: str, seed: int):
+    """20 resets sampled at temperature 1 with :func:`agentrl.data_parallel.play_as_one_process`
+    on pools of this rank's share of 3 groups of 4 envs (one process: 12; 2 ranks: 8 and 4), i.e.
+    chunks of 12 and 8 resets, the second played by rank 0 alone. Returns every episode."""
+    from agentrl import data_parallel as P
+    from agentrl.distributed import shard_groups
+    from agentrl.rollout import ResetSpec
+
+    runner = _runner(tiny_path, len(shard_groups(3)) * 4)
+    try:
+        resets = [ResetSpec(i, seed=60 + i) for i in range(20)]
+        return P.play_as_one_process(runner, resets, temperature=1.0, seed=seed)
+    finally:
+        runner.close()
+
+
+def rollout_main(tiny_path: str, out: str) -> list:
+    """Rank 0 writes every rank's episodes; returns this rank's."""
     from agentrl.data_parallel import gather_episodes
     from agentrl.distributed import rank
 
-    eps = gather_episodes(play_share(tiny_path, 3, 4, seed=11))
+    local = play_share(tiny_path, 3, 4, seed=11)
+    eps = gather_episodes(local)
     if rank() == 0:
         torch.save(eps, Path(out) / "eps.pt")
+    return local
+
+
+#: The token shapers (``credit.token``) the sharded learner is checked with.
+SHAPERS = ("ucas", "less", "progress", "stepopsd")
+SIGNALS = ("entropy", "self_certainty", "token_logit", "ref_logprob", "logprob", "token_id")
+
+
+def token_step_advantages(n_rows: int) -> np.ndarray:
+    """Step advantages of the token tests: random, 30 % of the rows exactly 0."""
+    rng = np.random.default_rng(5)
+    adv = rng.normal(0, 1, n_rows).astype(np.float32)
+    adv[rng.random(n_rows) < 0.3] = 0.0
+    return adv
+
+
+def fixed_token_advantages(seqs: list) -> list[np.ndarray]:
+    """Token advantages drawn per global row (the same on any rank); every 5th row all 0, so the
+    rows an update skips differ from those with a zero step advantage."""
+    return [
+        np.zeros(len(s.response_ids), np.float32)
+        if s.step_row % 5 == 0
+        else np.random.default_rng(1000 + s.step_row).normal(0, 1, len(s.response_ids))
+        for s in seqs
+    ]
+
+
+def shape_and_update(tiny_path: str, eps: list, sharded: bool) -> dict[str, Any]:
+    """For ``eps`` (this rank's episodes, global ids) under the initial tiny model: the token
+    signals (``"signals"``, with StepOPSD's ``teacher_logprob``), every shaper's token advantages
+    (``"shaped"``), each ``{name: {global row: per-token array}}`` of this rank's rows; then the
+    weights after one update with :func:`fixed_token_advantages` (``"params"``)."""
+    from types import SimpleNamespace
+
+    from agentrl.data_parallel import global_step_batch
+    from agentrl.token_credit import hindsight_sequences, shaped_token_advantages
+
+    model, tok = build_model(tiny_path, False)
+    cls = Learner
+    if sharded:
+        from agentrl.learner.fsdp import FSDPLearner
+
+        cls = FSDPLearner
+    learner = cls(model, BASE, tok.pad_token_id, keep_reference=True)
+    batch, seqs, _ = global_step_batch(eps)
+    step_adv = token_step_advantages(len(batch.group))
+    signals = learner.token_signals(seqs, set(SIGNALS))
+    signals["teacher_logprob"] = learner.logprobs(hindsight_sequences(tok, eps, seqs))
+    res: dict[str, Any] = {"signals": {}, "shaped": {}}
+    for name, arrays in signals.items():
+        res["signals"][name] = {s.step_row: a for s, a in zip(seqs, arrays)}
+    for name in SHAPERS:
+        cfg = SimpleNamespace(credit=SimpleNamespace(token=name, token_options={}))
+        adv = shaped_token_advantages(cfg, learner, tok, eps, batch, seqs, step_adv)
+        res["shaped"][name] = {s.step_row: a for s, a in zip(seqs, adv)}
+    learner.update(seqs, step_adv, token_advantages=fixed_token_advantages(seqs))
+    res["params"] = full_params(learner)
+    return res
+
+
+def token_main(tiny_path: str, out: str, eps: list) -> None:
+    from agentrl.distributed import all_gather_objects, rank
+
+    res = shape_and_update(tiny_path, eps, sharded=True)
+    params = res.pop("params")
+    parts = all_gather_objects(res)
+    if rank() == 0:
+        merged = {
+            kind: {n: {k: v for p in parts for k, v in p[kind][n].items()} for n in res[kind]}
+            for kind in res
+        }
+        torch.save({**merged, "params": params}, Path(out) / "tokens.pt")
+
+
+#: Dynamic sampling on 3 groups of 4 short Sokoban episodes (ranks hold 2 and 1): the untrained
+#: model mostly fails alike, so groups are dropped, and a budget of 6 extra groups lets one draw
+#: exceed the 3 groups of a single process's pool (a draw of several chunks).
+DYNAMIC = (
+    "trainer=smoke",
+    "rollout.tasks_per_iter=3",
+    "rollout.group_size=4",
+    "env.max_steps=4",
+    "rollout.dynamic_sampling=true",
+    "rollout.max_extra_rollouts=24",
+)
+
+
+def dynamic_iteration() -> tuple[list, dict[str, float]]:
+    """Iteration 0's episodes (this rank's) and metrics with :data:`DYNAMIC`, built as the
+    recipe builds them (one process, or this rank under the process group)."""
+    from agentrl.config import load_config
+    from agentrl.iteration import play_iteration
+    from agentrl.recipe import build
+    from agentrl.rollout import RolloutStats
+
+    from .helpers import make_cfg
+
+    cfg = load_config(make_cfg(*DYNAMIC))
+    parts = build(cfg)
+    try:
+        return play_iteration(cfg, 0, parts.train_ids, parts.runner, RolloutStats())
+    finally:
+        parts.runner.close()
+
+
+def dynamic_main(out: str) -> None:
+    from agentrl.data_parallel import gather_episodes
+    from agentrl.distributed import all_gather_objects, rank
+
+    eps, metrics = dynamic_iteration()
+    gathered = gather_episodes(eps)
+    counts = all_gather_objects(len(eps))
+    if rank() == 0:
+        torch.save({"episodes": gathered, "metrics": metrics, "counts": counts},
+                   Path(out) / "dynamic.pt")  # fmt: skip
+
+
+def hiper_update(tiny_path: str, rk: int, world: int, sharded: bool) -> dict[str, Any]:
+    """HiPER's learner inputs on the rows of :func:`batch` (this rank's share): the three-head
+    critic's values, then an update (2 epochs of mini-batches of 10) with routed token
+    advantages, loss masks, (N, 3) value targets, head weights and V_low positions. Returns
+    ``{"values": {global row: (3,)}, "params": ..., "metrics": ...}``."""
+    model, tok = build_model(tiny_path, False)
+    cls = Learner
+    if sharded:
+        from agentrl.learner.fsdp import FSDPLearner
+
+        cls = FSDPLearner
+    cfg = replace(BASE, epochs=2, minibatch_size=10)
+    learner = cls(model, cfg, tok.pad_token_id, value_head=True, value_outputs=3)
+    seqs, adv, _ = batch(len(tok))
+    rng = np.random.default_rng(7)
+    pos = [int(rng.integers(0, len(s.response_ids))) for s in seqs]
+    returns, old = rng.normal(0, 1, (N_ROWS, 3)), rng.normal(0, 1, (N_ROWS, 3))
+    weights = (rng.random((N_ROWS, 3)) < 0.6).astype(np.float32)
+    tok_adv = [rng.normal(0, 1, len(s.response_ids)) for s in seqs]
+    masks = [rng.random(len(s.response_ids)) < 0.7 for s in seqs]
+    mine = [seqs[r] for r in local_rows(rk, world)]
+    rows = [s.step_row for s in mine]
+    values = learner.hiper_values(mine, [pos[r] for r in rows])
+    metrics = learner.update(
+        mine,
+        adv,
+        returns=returns,
+        old_values=old,
+        token_advantages=[tok_adv[r] for r in rows],
+        loss_masks=[masks[r] for r in rows],
+        value_weights=weights,
+        value_pos=[pos[r] for r in rows],
+    )
+    return {"values": dict(zip(rows, values)), "params": full_params(learner), "metrics": metrics}
+
+
+def hiper_main(tiny_path: str, out: str) -> None:
+    from agentrl.distributed import all_gather_objects, rank
+
+    res = hiper_update(tiny_path, rank(), 2, sharded=True)
+    values = {k: v for part in all_gather_objects(res["values"]) for k, v in part.items()}
+    if rank() == 0:
+        torch.save({**res, "values": values}, Path(out) / "hiper.pt")
 
 
 def all_main(tiny_path: str, out: str) -> None:
     """Everything the 2-rank tests check, in one launch (starting ranks is the slow part)."""
+    from agentrl.distributed import rank
+
     ranks_main(tiny_path, out)
     data_parallel_main(out)
-    rollout_main(tiny_path, out)
+    eps = rollout_main(tiny_path, out)
+    token_main(tiny_path, out, eps)
+    as_one = play_as_one(tiny_path, seed=13)
+    if rank() == 0:
+        torch.save(as_one, Path(out) / "as_one.pt")
+    dynamic_main(out)
+    hiper_main(tiny_path, out)
 
 
 def failing_main(out: str) -> None:

@@ -247,8 +247,34 @@ def test_runner_plays_chunks_of_the_pool_size_with_per_chunk_seeds(tiny, sokoban
         assert [[s.response_ids for s in e.steps] for e in ref] == [
             [s.response_ids for s in e.steps] for e in chunk
         ]
+    # seed_start shifts the chunk seeds (a sharded dynamic-sampling draw plays one process's
+    # later chunk): the chunk at 0 then samples as the chunk at 8 did
+    again = runner.play(resets[8:], temperature=1.0, seed=11, traj_offset=108, seed_start=8)
+    assert [[s.response_ids for s in e.steps] for e in again] == [
+        [s.response_ids for s in e.steps] for e in eps[8:]
+    ]
     with pytest.raises(ValueError, match="max_steps"):
         RunnerSettings(max_steps=0, max_new_tokens=6)
     sp = runner.sampling(0.5, 7)
     assert (sp.max_new_tokens, sp.temperature, sp.seed) == (6, 0.5, 7)
     assert sp.stop_token_ids == (tok.eos_token_id,)
+
+
+def test_a_rank_without_episodes_still_answers_every_lockstep_step(tiny, sokoban_pool):
+    """Under torchrun a rank may hold no group of a dynamic-sampling draw: it still plays one
+    empty chunk, reporting 0 live episodes each step until no rank has any."""
+    model, tok = tiny
+    backend = CountingBackend(HFBackend(model, tok.pad_token_id))
+    settings = RunnerSettings(max_steps=5, max_new_tokens=6, constrained=True)
+    runner = EpisodeRunner(sokoban_pool, backend, _builder(tok), ActionFormat(), tok, settings)
+    others = [3, 2, 0]  # the other ranks' live episodes at each step
+    calls = []
+
+    def sync(n_live):
+        calls.append(n_live)
+        return 0, others[len(calls) - 1] > 0
+
+    assert runner.play([], temperature=1.0, seed=0, step_sync=sync) == []
+    assert calls == [0, 0, 0] and backend.calls == []
+    assert runner.play([], temperature=1.0, seed=0) == []  # one process: nothing to play
+    assert len(calls) == 3
