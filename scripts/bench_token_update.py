@@ -30,7 +30,30 @@ from agentrl.learner.sequences import distinct_rows
 from agentrl.recipe import build
 from agentrl.rollout import RolloutStats, to_step_batch
 from agentrl.sharded_checkpoint import load_run_checkpoint
-from agentrl.token_credit import update_inputs
+from agentrl.token_credit import hindsight_sequences, update_inputs
+
+
+def _tokens(rows: list[tuple[int, ...]]) -> tuple[int, int]:
+    """(tokens in the distinct rows, tokens a forward pass must still compute if rows sharing a
+    prefix shared its KV cache: the nodes of their prefix trie, from sorted rows' common prefixes)."""
+    rows = sorted(set(rows))
+    nodes, prev = 0, ()
+    for r in rows:
+        k = 0
+        while k < min(len(r), len(prev)) and r[k] == prev[k]:
+            k += 1
+        nodes, prev = nodes + len(r) - k, r
+    return sum(len(r) for r in rows), nodes
+
+
+def teacher_tokens(tokenizer, eps, seqs) -> None:
+    """Forward-pass sizes of StepOPSD's teacher pass against the student's rows: what the no-grad
+    pass scores (distinct rows) and a lower bound for any prefix-sharing scheme (trie nodes)."""
+    student = _tokens([tuple(s.prompt_ids) + tuple(s.response_ids) for s in seqs])
+    teacher = hindsight_sequences(tokenizer, eps, seqs)
+    t = _tokens([tuple(s.prompt_ids) + tuple(s.response_ids) for s in teacher])
+    print(f"tokens scored, distinct rows / prefix-trie bound: student {student[0]} / {student[1]}, "
+          f"stepopsd teacher {t[0]} / {t[1]}")  # fmt: skip
 
 
 def main() -> None:
@@ -68,6 +91,7 @@ def main() -> None:
     n_distinct = len(distinct_rows(seqs)[0])
     print(f"batch: {len(seqs)} steps ({n_distinct} distinct), {n_tok} response tokens, "
           f"credit={cfg.credit.name}")  # fmt: skip
+    teacher_tokens(parts.tokenizer, eps, seqs)
     learner = parts.learner
     start = copy.deepcopy(learner.state_dict())
     variants = [None, *token_shapers.available()]
