@@ -18,8 +18,11 @@ Examples::
     python scripts/bench_learning.py                                   # the no-argument default, 5 seeds
     python scripts/bench_learning.py trainer.num_threads=2             # same, two threads per run
     python scripts/bench_learning.py --compare credit=grpo credit=gigpo --seeds 5
-    python scripts/bench_learning.py --seeds 2 --compare credit=grpo credit=gigpo \\
+    python scripts/bench_learning.py --seeds 2 --compare credit=grpo credit=gigpo -- \\
         trainer.iterations=2 env.eval_episodes=8 trainer.eval_every=1
+
+Overrides for every config go before ``--compare`` or after a ``--`` that ends its list: without
+it they would be read as more configs. The plan (configs, common overrides) is printed first.
 """
 
 from __future__ import annotations
@@ -360,6 +363,14 @@ def report(
     return text
 
 
+def plan_text(labels: list[str], common: list[str], seeds: list[int]) -> str:
+    """What is about to run, so that overrides read as configs (a missing ``--``) show at once."""
+    lines = [f"{len(labels)} config(s) x {len(seeds)} seed(s) ({seeds[0]}-{seeds[-1]}):"]
+    lines += [f"  {i}. {label}" for i, label in enumerate(labels, 1)]
+    lines.append("common overrides: " + (" ".join(common) if common else "none"))
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -371,7 +382,8 @@ def main(argv: list[str] | None = None) -> int:
         metavar="CONFIG",
         default=None,
         help="configs side by side, each one quoted string of overrides (e.g. credit=grpo "
-        "'credit=gigpo trainer.lr=3e-4'); the first is the base of the differences",
+        "'credit=gigpo trainer.lr=3e-4'); the first is the base of the differences; end the "
+        "list with -- when common overrides follow",
     )
     ap.add_argument("--seeds", type=int, default=5, help="seeds per config (default 5)")
     ap.add_argument("--seed-start", type=int, default=0, help="first seed (default 0)")
@@ -407,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--compare lists the config {spec} twice")
         configs[label] = [*args.overrides, *spec]
     seeds = list(range(args.seed_start, args.seed_start + args.seeds))
+    print(plan_text(list(configs), args.overrides, seeds), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     results = run_all(configs, seeds, args.out, args.jobs, args.threads, args.fresh)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_learning.py"
+from . import load_script
+
 TOY = [
     "trainer=smoke",
     "trainer.eval_every=1",
@@ -17,10 +16,7 @@ TOY = [
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("bench_learning_script", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("bench_learning")
 
 
 def test_toy_compare_end_to_end(tmp_path):
@@ -62,3 +58,15 @@ def test_toy_compare_end_to_end(tmp_path):
     mtime = (out / "credit_grpo" / "seed_0" / "metrics.jsonl").stat().st_mtime
     assert mod.main(argv) == 0
     assert (out / "credit_grpo" / "seed_0" / "metrics.jsonl").stat().st_mtime == mtime
+
+
+def test_plan_names_configs_and_common_overrides():
+    # printed before any run: overrides swallowed by --compare (a missing --) show up as configs
+    text = _script().plan_text(["credit=grpo", "default"], ["env.kwargs.num_boxes=2"], [0, 1, 2])
+    assert text.splitlines() == [
+        "2 config(s) x 3 seed(s) (0-2):",
+        "  1. credit=grpo",
+        "  2. default",
+        "common overrides: env.kwargs.num_boxes=2",
+    ]
+    assert _script().plan_text(["default"], [], [4]).endswith("common overrides: none")
