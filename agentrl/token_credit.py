@@ -67,6 +67,14 @@ def hindsight_sequences(
     return out
 
 
+def _fill(seqs: list[StepSequence], keep: list[int], got: list[np.ndarray]) -> list[np.ndarray]:
+    """Per sequence, its entry of ``got`` (scored rows ``keep``) or zeros (rows not scored)."""
+    out = [np.zeros(len(s.response_ids), np.float32) for s in seqs]
+    for j, i in enumerate(keep):
+        out[i] = got[j]
+    return out
+
+
 def shaped_token_advantages(
     cfg: TrainConfig,
     learner: Learner,
@@ -79,11 +87,19 @@ def shaped_token_advantages(
     """Per sequence, its tokens' advantages from shaper ``credit.token`` (float32)."""
     name = cfg.credit.token
     wanted = token_shapers.needs(name)
-    signals = learner.token_signals(seqs, wanted - {"teacher_logprob"})
-    if "teacher_logprob" in wanted:
-        signals["teacher_logprob"] = learner.logprobs(
-            hindsight_sequences(tokenizer, episodes, seqs)
-        )
+    passes = wanted & {"ref_logprob", "teacher_logprob"}  # each one more forward pass
+    signals = learner.token_signals(seqs, wanted - passes)
+    # a shaper that keeps a zero step advantage zero whatever its signals needs these passes only
+    # on the other steps (their rows are in each pass's plan; the rest get finite placeholders)
+    keep = list(range(len(seqs)))
+    if token_shapers.keeps_zero(name):
+        keep = [i for i, s in enumerate(seqs) if step_adv[s.step_row] != 0]
+    if "ref_logprob" in passes:
+        got = learner.token_signals([seqs[i] for i in keep], {"ref_logprob"})["ref_logprob"]
+        signals["ref_logprob"] = _fill(seqs, keep, got)
+    if "teacher_logprob" in passes:
+        teacher = hindsight_sequences(tokenizer, episodes, seqs)
+        signals["teacher_logprob"] = _fill(seqs, keep, learner.logprobs([teacher[i] for i in keep]))
     lengths = [len(s.response_ids) for s in seqs]
     step = np.repeat(np.asarray([s.step_row for s in seqs], dtype=np.int64), lengths)
     flat = {

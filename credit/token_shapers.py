@@ -55,7 +55,7 @@ import numpy as np
 
 from .batch import StepBatch
 
-__all__ = ["SHAPERS", "TokenBatch", "available", "needs", "options", "shape"]
+__all__ = ["SHAPERS", "TokenBatch", "available", "keeps_zero", "needs", "options", "shape"]
 
 
 @dataclass(frozen=True)
@@ -275,6 +275,20 @@ _NEEDS: dict[str, frozenset[str]] = {
     "progress": frozenset({"logprob", "ref_logprob"}),
     "stepopsd": frozenset({"logprob", "teacher_logprob"}),
 }
+
+
+#: Shapers that shape each step from its own tokens' signals only, as ``A * (...)``.
+_KEEPS_ZERO = frozenset({"progress", "stepopsd"})
+
+
+def keeps_zero(name: str) -> bool:
+    """Whether shaper ``name`` gives a zero step advantage zero token advantages whatever its
+    signals, and reads a step's signals for that step's tokens only: then the signals of steps
+    with a zero advantage change nothing (any finite value will do), and a caller may skip
+    computing them. Not LESS (a segment's membership compares steps), nor UCAS (it penalises
+    zero advantages)."""
+    _get(name)
+    return name in _KEEPS_ZERO
 
 
 def available() -> list[str]:

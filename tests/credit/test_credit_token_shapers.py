@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from agentrl.credit import StepBatch
@@ -194,3 +196,26 @@ def test_step_order_independent(x, data):
         out1 = ts.shape(b, A, tok, name)
         out2 = ts.shape(b2, A[perm], tok2, name)
         np.testing.assert_allclose(out2, out1[order], rtol=1e-5, atol=1e-5)
+
+
+@settings(**SETTINGS)
+@given(x=shaped_inputs(), data=st.data())
+def test_keeps_zero_shapers_ignore_the_signals_of_zero_advantage_steps(x, data):
+    """What lets the trainer skip their extra forward pass on steps with a zero advantage."""
+    b, A, tok = x
+    A = A.copy()
+    A[::2] = 0.0
+    zero = A[tok.step] == 0
+    noise = np.asarray(
+        data.draw(st.lists(st.floats(-50, 50), min_size=len(zero), max_size=len(zero)))
+    )
+    assert [n for n in NAMES if ts.keeps_zero(n)] == ["progress", "stepopsd"]
+    for name in NAMES:
+        if not ts.keeps_zero(name):
+            continue
+        changed = {f: np.where(zero, noise, getattr(tok, f)) for f in ts.needs(name)}
+        tok2 = ts.TokenBatch(
+            **{**{f.name: getattr(tok, f.name) for f in dataclasses.fields(tok)}, **changed}
+        )
+        np.testing.assert_array_equal(ts.shape(b, A, tok2, name), ts.shape(b, A, tok, name))
+        assert (ts.shape(b, A, tok, name)[zero] == 0).all()

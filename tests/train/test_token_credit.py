@@ -164,3 +164,46 @@ def test_scoring_equal_sequences_once_gives_each_row_its_own_score(tiny, sokoban
             np.testing.assert_allclose(got[k][i], one[k][0], rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(lps[i], learner.logprobs([seqs[i]])[0], rtol=1e-5, atol=1e-6)
     assert got["entropy"][-1] is not got["entropy"][4]  # copies, not shared arrays
+
+
+@pytest.mark.parametrize("shaper", ["progress", "stepopsd"])
+def test_zero_advantage_steps_skip_the_extra_pass_and_shape_the_same(tiny, sokoban_pool, shaper):
+    """progress and stepopsd scale the step advantage: their reference / teacher pass scores only
+    steps with a non-zero advantage, and the token advantages equal shaping with every row scored."""
+    from types import SimpleNamespace
+
+    from agentrl.token_credit import shaped_token_advantages
+
+    model, tok = tiny
+    eps = _rollout(model, tok, sokoban_pool, constrained=False, max_new_tokens=5)
+    batch, seqs = to_step_batch(eps)
+    step_adv = np.random.default_rng(5).normal(size=len(batch.group))
+    step_adv[::2] = 0.0
+    learner = Learner(model, LearnerConfig(), tok.pad_token_id, keep_reference=True)
+    scored: list[int] = []
+    for name in ("logprobs", "token_signals"):
+        fn = getattr(learner, name)
+
+        def counting(s, *a, _fn=fn, **k):
+            scored.append(len(s))
+            return _fn(s, *a, **k)
+
+        setattr(learner, name, counting)
+    cfg = SimpleNamespace(credit=SimpleNamespace(token=shaper, token_options={}))
+    got = shaped_token_advantages(cfg, learner, tok, eps, batch, seqs, step_adv)
+    nonzero = sum(step_adv[s.step_row] != 0 for s in seqs)
+    assert 0 < nonzero < len(seqs) and nonzero in scored and max(scored) <= len(seqs)
+    # the truth: every row's signals, shaped directly
+    if shaper == "progress":
+        extra = {"ref_logprob": learner.token_signals(seqs, {"ref_logprob"})["ref_logprob"]}
+    else:
+        extra = {"teacher_logprob": learner.logprobs(hindsight_sequences(tok, eps, seqs))}
+    lengths = [len(s.response_ids) for s in seqs]
+    tb = token_shapers.TokenBatch(
+        step=np.repeat([s.step_row for s in seqs], lengths),
+        logprob=np.concatenate([s.old_logprobs for s in seqs]).astype(np.float64),
+        **{k: np.concatenate(v).astype(np.float64) for k, v in extra.items()},
+    )
+    want = token_shapers.shape(batch, step_adv, tb, shaper)
+    np.testing.assert_allclose(np.concatenate(got), want, rtol=1e-6, atol=1e-7)
+    assert np.abs(want).max() > 0
