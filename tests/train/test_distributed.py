@@ -366,7 +366,14 @@ def test_token_shapers_and_their_update_on_two_ranks_equal_one_process(tiny_path
     for name in W.SHAPERS:
         want = token_shapers.shape(batch, step_adv, tokens, name)
         got = np.concatenate([ranks["shaped"][name][r] for r in rows])
-        np.testing.assert_allclose(got, want, rtol=0, atol=1e-12, err_msg=name)
+        # progress and stepopsd rescore only the steps with a non-zero advantage, a pass of other
+        # micro-batch shapes than the recorded signals': equal up to float32 rounding
+        tol = (
+            dict(rtol=1e-5, atol=1e-6)
+            if token_shapers.keeps_zero(name)
+            else dict(rtol=0, atol=1e-12)
+        )
+        np.testing.assert_allclose(got, want, err_msg=name, **tol)
         assert np.abs(want).max() > 0, name
     _close(single["params"], ranks["params"], "update with token advantages")
 
