@@ -46,14 +46,18 @@ def _tokens(rows: list[tuple[int, ...]]) -> tuple[int, int]:
     return sum(len(r) for r in rows), nodes
 
 
-def teacher_tokens(tokenizer, eps, seqs) -> None:
+def teacher_tokens(tokenizer, eps, seqs, step_adv) -> None:
     """Forward-pass sizes of StepOPSD's teacher pass against the student's rows: what the no-grad
-    pass scores (distinct rows) and a lower bound for any prefix-sharing scheme (trie nodes)."""
+    pass scores (distinct rows; the teacher's on steps with a non-zero advantage only) and a lower
+    bound for any prefix-sharing scheme (trie nodes)."""
     student = _tokens([tuple(s.prompt_ids) + tuple(s.response_ids) for s in seqs])
     teacher = hindsight_sequences(tokenizer, eps, seqs)
-    t = _tokens([tuple(s.prompt_ids) + tuple(s.response_ids) for s in teacher])
+    rows = [tuple(t.prompt_ids) + tuple(t.response_ids) for t in teacher]
+    t = _tokens(rows)
+    nz = _tokens([r for r, s in zip(rows, seqs) if step_adv[s.step_row] != 0])
     print(f"tokens scored, distinct rows / prefix-trie bound: student {student[0]} / {student[1]}, "
-          f"stepopsd teacher {t[0]} / {t[1]}")  # fmt: skip
+          f"stepopsd teacher {t[0]} / {t[1]}, of which on non-zero-advantage steps (scored) "
+          f"{nz[0]} / {nz[1]}")  # fmt: skip
 
 
 def main() -> None:
@@ -91,7 +95,7 @@ def main() -> None:
     n_distinct = len(distinct_rows(seqs)[0])
     print(f"batch: {len(seqs)} steps ({n_distinct} distinct), {n_tok} response tokens, "
           f"credit={cfg.credit.name}")  # fmt: skip
-    teacher_tokens(parts.tokenizer, eps, seqs)
+    teacher_tokens(parts.tokenizer, eps, seqs, res.advantages)
     learner = parts.learner
     start = copy.deepcopy(learner.state_dict())
     variants = [None, *token_shapers.available()]
