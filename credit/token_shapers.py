@@ -217,10 +217,20 @@ def less(
     return out
 
 
-def _redistribute(A: np.ndarray, score: np.ndarray, step: np.ndarray, tau: float, budget: float):
-    """A_token = A * ((1 - budget) + budget * n * softmax_step(score / tau))."""
+def _redistribute(
+    step_adv: np.ndarray,
+    signal: np.ndarray,
+    step: np.ndarray,
+    tau: float,
+    budget: float,
+    clip: float,
+) -> np.ndarray:
+    """A_token = A * ((1 - budget) + budget * n * softmax_step(score / tau)), with the score
+    sign(A) * clip(signal, -clip, clip): a token with a higher signal takes a larger share of a
+    positive step advantage and a smaller share of a negative one."""
+    A = np.asarray(step_adv, dtype=np.float64)
     n = len(A)
-    z = score / tau
+    z = np.sign(A)[step] * np.clip(signal, -clip, clip) / tau
     zmax = np.full(n, -np.inf)
     np.maximum.at(zmax, step, z)
     e = np.exp(z - zmax[step])
@@ -240,10 +250,8 @@ def progress(
     clip: float = 5.0,
 ) -> np.ndarray:
     """Progress advantage log pi/pi_ref redistributing the step advantage over its tokens."""
-    A = np.asarray(step_adv, dtype=np.float64)
     ratio = tokens.require("logprob", "progress") - tokens.require("ref_logprob", "progress")
-    score = np.sign(A)[tokens.step] * np.clip(ratio, -clip, clip)
-    return _redistribute(A, score, tokens.step, tau, budget)
+    return _redistribute(step_adv, ratio, tokens.step, tau, budget, clip)
 
 
 def stepopsd(
@@ -256,10 +264,8 @@ def stepopsd(
     clip: float = 5.0,
 ) -> np.ndarray:
     """StepOPSD: hindsight-teacher minus student log-prob gaps redistribute the step advantage."""
-    A = np.asarray(step_adv, dtype=np.float64)
     gap = tokens.require("teacher_logprob", "stepopsd") - tokens.require("logprob", "stepopsd")
-    score = np.sign(A)[tokens.step] * np.clip(gap, -clip, clip)
-    return _redistribute(A, score, tokens.step, tau, budget)
+    return _redistribute(step_adv, gap, tokens.step, tau, budget, clip)
 
 
 Shaper = Callable[..., np.ndarray]
