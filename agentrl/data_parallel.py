@@ -64,11 +64,13 @@ def _light(ep: EpisodeResult) -> EpisodeResult:
     return dataclasses.replace(ep, steps=steps)
 
 
-def gather_episodes(eps: Sequence[EpisodeResult]) -> list[EpisodeResult]:
-    """All ranks' episodes in rank order (in one process: ``eps`` itself, tokens included)."""
+def gather_episodes(eps: Sequence[EpisodeResult], whole: bool = False) -> list[EpisodeResult]:
+    """All ranks' episodes in rank order, without their token ids unless ``whole`` (in one
+    process: ``eps`` itself, tokens included)."""
     if not D.is_distributed():
         return list(eps)
-    return [ep for part in D.all_gather_objects([_light(ep) for ep in eps]) for ep in part]
+    mine = list(eps) if whole else [_light(ep) for ep in eps]
+    return [ep for part in D.all_gather_objects(mine) for ep in part]
 
 
 def global_step_batch(
@@ -121,9 +123,7 @@ def play_as_one_process(
         eps = runner.play(part[lo:hi], temperature=temperature, seed=seed, seed_start=start,
                           traj_offset=traj_offset + start + lo, stats=stats,
                           step_sync=lockstep())  # fmt: skip
-        if not whole:
-            eps = [_light(ep) for ep in eps]
-        out += [ep for rank_eps in D.all_gather_objects(eps) for ep in rank_eps]
+        out += gather_episodes(eps, whole=whole)
     return out
 
 
