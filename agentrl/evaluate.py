@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from . import __version__
 from .evaluation import Report, summarize
+from .evaluation.agents import ExpertAgent, RandomAgent
 from .evaluation.runner import Agent, EvaluationError, play_tasks
 from .evaluation.tasks import make_tasks
 
@@ -33,15 +34,11 @@ def build_agent(agent_cfg: DictConfig, cfg: DictConfig) -> Agent | Any:
     (``run``) through the trainer's rollout loop; the others answer step by step."""
     name = agent_cfg.get("name")
     if name == "random":
-        from .evaluation.agents import RandomAgent
-
         return RandomAgent(
             open_action=agent_cfg.get("open_action"),
             fill_templates=bool(agent_cfg.get("fill_templates", True)),
         )
     if name == "expert":
-        from .evaluation.agents import ExpertAgent
-
         return ExpertAgent()
     if name == "endpoint":
         from .evaluation.endpoint import EndpointAgent

@@ -33,21 +33,13 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from . import credit, hiper_steps
-from . import data_parallel as DP
+from . import credit
 from . import distributed as D
 from .backends import make_backend
-from .checkpoint import (
-    checkpoint_dir,
-    find_checkpoint,
-    load_checkpoint,
-    save_checkpoint,
-    save_model,
-)
 from .config import TrainConfig
 from .evaluation import record_from_rollout, summarize
-from .iteration import credit_options, features, held_out_resets, play_iteration, train_row
 from .learner import Learner
+from .learner.fsdp import FSDPLearner
 from .learner.schedule import LRSchedule
 from .learner.weights import policy_state_dict
 from .models import apply_lora, load_model
@@ -55,10 +47,20 @@ from .pool import EnvSpec, make_pool
 from .rollout import ActionFormat, PromptBuilder, PromptConfig, RolloutStats
 from .rollout.runner import EpisodeRunner, RunnerSettings, chunk_seed, eval_seed
 from .rollout.spans import HiperFormat
-from .runlog import Progress, RunLog, Timer, write_outputs
-from .sharded_checkpoint import load_run_checkpoint, save_run_checkpoint
-from .summary import RunSummary, summarize_run
-from .token_credit import update_inputs
+from .training import data_parallel as DP
+from .training import hiper_steps
+from .training.checkpoint import (
+    checkpoint_dir,
+    find_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+    save_model,
+)
+from .training.iteration import credit_options, features, held_out_resets, play_iteration, train_row
+from .training.runlog import Progress, RunLog, Timer, write_outputs
+from .training.sharded_checkpoint import load_run_checkpoint, save_run_checkpoint
+from .training.summary import RunSummary, summarize_run
+from .training.token_credit import update_inputs
 
 __all__ = ["Parts", "TrainingStopped", "build", "train"]
 
@@ -112,8 +114,6 @@ def build(cfg: TrainConfig) -> Parts:
               keep_reference=cfg.credit.token == "progress",
               lr_schedule=LRSchedule(t.lr_schedule, t.lr_warmup, t.iterations, t.lr_min_ratio))  # fmt: skip
     if dist.distributed:  # the engine samples from an unsharded copy; the learner's is sharded
-        from .learner.fsdp import FSDPLearner
-
         engine_model = DP.rollout_replica(model)
         learner = FSDPLearner(model, t, tok.pad_token_id, **kw)
     else:

@@ -20,9 +20,11 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from .checkpoint import CheckpointError
 from .config import ConfigError, load_config
-from .preflight import preflight
+from .distributed import close_distributed, record
+from .recipe import TrainingStopped, train
+from .training.checkpoint import CheckpointError
+from .training.preflight import preflight
 
 _started: list[bool] = []  # set once Hydra has composed the config and called main()
 
@@ -39,8 +41,6 @@ def main(raw: DictConfig) -> None:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         sys.exit(2)
-    from .recipe import TrainingStopped, train
-
     try:
         train(cfg, Path(out))
     except TrainingStopped:
@@ -55,8 +55,6 @@ def cli() -> None:
 
     Under ``torchrun`` a rank's exception is recorded for torchrun's failure report
     (:func:`agentrl.distributed.record`) and the process group is left at the end."""
-    from .distributed import close_distributed, record
-
     clean = False
     try:
         record(main)()

@@ -20,29 +20,27 @@ import it does not use, and needs torch.
 
 from __future__ import annotations
 
+# ruff: noqa: E402 - the thread variables must be set before numpy is imported
 import os
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
 
-import argparse  # noqa: E402
-import contextlib  # noqa: E402
-import dataclasses  # noqa: E402
-import importlib.util  # noqa: E402
-import io  # noqa: E402
-import platform  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-import types  # noqa: E402
-from pathlib import Path  # noqa: E402
+import argparse
+import contextlib
+import dataclasses
+import importlib.util
+import io
+import platform
+import sys
+import time
+import types
+from pathlib import Path
 
-import numpy as np  # noqa: E402
+import numpy as np
+from agentrl.credit.synthetic import random_batch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from agentrl.credit.synthetic import random_batch  # noqa: E402
-
-from agentrl import credit  # noqa: E402
+from agentrl import credit
 
 # Groups of 8 rollouts of up to 50 steps; 128 groups is the issue's ~40k-step batch.
 SIZES = {"10k": 32, "40k": 128, "160k": 512}

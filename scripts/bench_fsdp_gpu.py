@@ -31,20 +31,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from agentrl import distributed as D  # noqa: E402
-from agentrl.backends.base import SamplingParams  # noqa: E402
-from agentrl.backends.hf import HFBackend  # noqa: E402
-from agentrl.learner import StepSequence  # noqa: E402
-from agentrl.learner.fsdp import FSDPLearner  # noqa: E402
+from agentrl import distributed as D
+from agentrl.backends.base import SamplingParams
+from agentrl.backends.hf import HFBackend
+from agentrl.learner import StepSequence
+from agentrl.learner.fsdp import FSDPLearner
 
 #: Qwen2.5-0.5B-Instruct's architecture (its config.json); ``tiny`` is for the CPU check.
 SHAPES = {

@@ -38,11 +38,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from agentrl.multiseed import (  # noqa: E402
+from agentrl.evaluation.multiseed import (
     RunResult,
     bootstrap_diff_ci,
     fmt_rate_ci,
@@ -51,6 +47,8 @@ from agentrl.multiseed import (  # noqa: E402
     summarize_runs,
     targets,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
 
 QUIET = ["trainer.progress=false", "trainer.tensorboard=false", "trainer.plot=false"]
 

@@ -31,11 +31,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from agentrl.backends.base import SamplingParams  # noqa: E402
-from agentrl.backends.hf import HFBackend  # noqa: E402
-from agentrl.learner.weights import policy_state_dict  # noqa: E402
+from agentrl.backends.base import SamplingParams
+from agentrl.backends.hf import HFBackend
+from agentrl.learner.weights import policy_state_dict
 
 #: Random-initialised Qwen2 shapes. ``qwen2.5-1.5b`` is Qwen2.5-1.5B's architecture (its
 #: config.json); ``small`` (~27M parameters) makes CPU runs less overhead-bound than ``tiny``.

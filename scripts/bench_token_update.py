@@ -23,14 +23,14 @@ import numpy as np
 from agentrl.credit import token_shapers
 
 from agentrl import credit
-from agentrl.checkpoint import find_checkpoint, load_checkpoint
 from agentrl.config import load_config
-from agentrl.iteration import credit_options, features, play_iteration
 from agentrl.learner.sequences import distinct_rows
 from agentrl.recipe import build
 from agentrl.rollout import RolloutStats, to_step_batch
-from agentrl.sharded_checkpoint import load_run_checkpoint
-from agentrl.token_credit import hindsight_sequences, update_inputs
+from agentrl.training.checkpoint import find_checkpoint, load_checkpoint
+from agentrl.training.iteration import credit_options, features, play_iteration
+from agentrl.training.sharded_checkpoint import load_run_checkpoint
+from agentrl.training.token_credit import hindsight_sequences, update_inputs
 
 
 def _tokens(rows: list[tuple[int, ...]]) -> tuple[int, int]:

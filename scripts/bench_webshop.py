@@ -27,17 +27,13 @@ import json
 import os
 import random
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from agentrl.envs.webshop import WebShopEnv, generated_catalogue
 
-from agentrl.envs.webshop import WebShopEnv, generated_catalogue  # noqa: E402
-
-from agentrl.pool import EnvPool, EnvSpec  # noqa: E402
+from agentrl.pool import EnvPool, EnvSpec
 
 MB = 1024 * 1024
 

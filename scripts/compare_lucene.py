@@ -40,12 +40,9 @@ import unicodedata
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from agentrl.envs.webshop.lucene import analyze  # noqa: E402
-from agentrl.envs.webshop.sources import generated_catalogue  # noqa: E402
-from agentrl.envs.webshop.store import search_document  # noqa: E402
+from agentrl.envs.webshop.lucene import analyze
+from agentrl.envs.webshop.sources import generated_catalogue
+from agentrl.envs.webshop.store import search_document
 
 JAVA_SOURCE = r"""
 import java.io.*;

@@ -24,22 +24,20 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from agentrl import credit  # noqa: E402
-from agentrl.fidelity import report  # noqa: E402
-from agentrl.fidelity.experiment import (  # noqa: E402
+from agentrl import credit
+from agentrl.fidelity import report
+from agentrl.fidelity.experiment import (
     POLICIES,
     FidelityConfig,
     LearnConfig,
     run_fidelity,
     run_learning,
 )
-from agentrl.fidelity.hiper_lab import HiperConfig, render_hiper, run_hiper_fidelity  # noqa: E402
-from agentrl.fidelity.modules import LEFT_OUT, default_specs, parse_module_spec  # noqa: E402
-from agentrl.fidelity.tasks import ENVS  # noqa: E402
+from agentrl.fidelity.hiper_lab import HiperConfig, render_hiper, run_hiper_fidelity
+from agentrl.fidelity.modules import LEFT_OUT, default_specs, parse_module_spec
+from agentrl.fidelity.tasks import ENVS
+
+ROOT = Path(__file__).resolve().parents[1]
 
 #: Variants worth a row of their own: the mean-only ("w/o std") forms of the z-scoring modules,
 #: and HGPO with its episode term.

@@ -1,7 +1,10 @@
 """Fault injection against the env pool, both backends: the counts of issue #20 section 5.
 
-    python scripts/fuzz_pool.py --rounds 100             # process pool and Ray
-    python scripts/fuzz_pool.py --backends process --rounds 300 --envs 8 --workers 4
+    PYTHONPATH=tests python scripts/fuzz_pool.py --rounds 100     # process pool and Ray
+    PYTHONPATH=tests python scripts/fuzz_pool.py --backends process --rounds 300 --envs 8 --workers 4
+
+``PYTHONPATH=tests``: the faulty envs are the test suite's (``tests/pool_envs.py``), and the
+pool's workers import them by module name.
 
 Each round steps every env once; about ``--fault-rate`` of the envs get a fault (the env raises,
 returns an unpicklable ``info``, exits, segfaults, is SIGKILLed, or hangs past ``--timeout``), the
@@ -20,17 +23,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
+from pool_envs import fragile
+from pool_faults import run_campaign
+
+from agentrl.pool import make_pool
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-
-from pool_envs import fragile  # noqa: E402
-from pool_faults import run_campaign  # noqa: E402
-
-from agentrl.pool import make_pool  # noqa: E402
 
 KEYS = ("tried", "clear_error", "crashed", "hung", "collateral", "wrong_cause", "cut_with_worker")
 

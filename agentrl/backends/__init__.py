@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from .base import Backend, Generation, SamplingParams
+from .hf import HFBackend
 
 __all__ = ["Backend", "Generation", "SamplingParams", "make_backend"]
 
@@ -25,8 +26,6 @@ def make_backend(
     """The generation backend selected by ``cfg.backend``."""
     name = cfg.get("backend", "hf") if hasattr(cfg, "get") else getattr(cfg, "backend", "hf")
     if name == "hf":
-        from .hf import HFBackend
-
         tokens = cfg.get("max_batch_tokens", None)
         return HFBackend(
             model,

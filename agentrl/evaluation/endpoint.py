@@ -25,7 +25,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from ..pool import EnvPool
+from ..rollout import ActionFormat, PromptBuilder, PromptConfig, Turn
 from .runner import Action, Episode
 from .tasks import derive_seed
 
@@ -154,10 +157,6 @@ class EndpointAgent:
         """From ``configs/agent/endpoint.yaml``: prompts and parsing by the trainer's
         :class:`~agentrl.rollout.PromptBuilder` and :class:`~agentrl.rollout.ActionFormat`, with
         the settings of ``agent.prompt`` and ``agent.action_format``."""
-        from omegaconf import OmegaConf
-
-        from ..rollout import ActionFormat, PromptBuilder, PromptConfig, Turn
-
         c = (
             OmegaConf.to_container(agent_cfg, resolve=True)
             if not isinstance(agent_cfg, dict)

@@ -34,6 +34,7 @@ from omegaconf import OmegaConf
 from transformers import AutoTokenizer
 
 from ..backends import make_backend
+from ..config import load_config
 from ..models import load_model, resolve_model_path
 from ..pool import EnvSpec, make_pool
 from ..rollout import ActionFormat, PromptBuilder, PromptConfig
@@ -84,8 +85,6 @@ class ModelSettings:
 def _preset_config(preset: str, name: str):
     """The typed training config with model preset ``preset`` (a file of the packaged configs)
     over the schema's defaults: the rollout settings a model of that family trains with."""
-    from ..config import load_config
-
     text = resources.files("agentrl.configs").joinpath(preset).read_text()
     model = OmegaConf.to_container(OmegaConf.create(text), resolve=False) or {}
     model.pop("defaults", None)

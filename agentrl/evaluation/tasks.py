@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from ..rollout.loop import ResetSpec
+from agentrl import envs
+
+from ..pool import ResetSpec
 
 __all__ = ["EvalTask", "derive_seed", "eval_resets", "make_tasks"]
 
@@ -117,8 +118,6 @@ def _probe_task_ids(env: str, kwargs: Mapping[str, Any]) -> Callable[[str, int |
     """``task_ids`` of a throwaway env made in this process."""
 
     def list_ids(split: str, limit: int | None) -> list:
-        from agentrl import envs
-
         probe = envs.make(env, **kwargs)
         try:
             return list(probe.task_ids(split, limit))
@@ -131,7 +130,4 @@ def _probe_task_ids(env: str, kwargs: Mapping[str, Any]) -> Callable[[str, int |
 def eval_resets(tasks: Sequence[EvalTask]) -> list[ResetSpec]:
     """The reset specs that play ``tasks`` in order: group ``k`` is task ``k``, reset with the
     task's seed and, for task-id tasks, ``options={"task_id": ...}``."""
-    # Imported here: agentrl.rollout loads torch, which agentrl.evaluate needs for agent=model only.
-    from ..rollout.loop import ResetSpec
-
     return [ResetSpec(t.index, seed=t.reset_args()[0], options=t.reset_args()[1]) for t in tasks]

@@ -408,7 +408,7 @@ class FSDPLearner(Learner):
 
     def state_dict(self):
         raise NotImplementedError(
-            "a sharded learner is saved with agentrl.sharded_checkpoint.save_learner (DCP)"
+            "a sharded learner is saved with agentrl.training.sharded_checkpoint.save_learner (DCP)"
         )
 
     def load_state_dict(self, state) -> None:
@@ -416,9 +416,7 @@ class FSDPLearner(Learner):
         into the shards: how a run checkpointed by one process resumes under torchrun."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
-        from agentrl.sharded_checkpoint import _modules
-
-        mods = _modules(self)
+        mods = self.trained_modules()
         names = [n for n, p in mods.named_parameters() if p.requires_grad]
         model_sd = {f"policy.{k}": v for k, v in state["model"].items()}
         if self.value_head is not None and state.get("value_head") is not None:

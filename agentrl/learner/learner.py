@@ -552,6 +552,14 @@ class Learner:
         return out
 
     # -- checkpoints ---------------------------------------------------------------------------
+    def trained_modules(self) -> torch.nn.ModuleDict:
+        """The trained modules under stable names (``policy.*``, ``value_head.*``): what the
+        sharded checkpoint saves and loads."""
+        mods = {"policy": self.model}
+        if self.value_head is not None:
+            mods["value_head"] = self.value_head
+        return torch.nn.ModuleDict(mods)
+
     def state_dict(self) -> dict[str, Any]:
         trainable = {k: v for k, v in self.model.named_parameters() if v.requires_grad}
         return {

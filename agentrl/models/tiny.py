@@ -21,7 +21,9 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from agentrl.envs.adapter import make_frozen_lake
 from agentrl.envs.cache import cache_root
+from agentrl.envs.sokoban.env import INSTRUCTION as SOKOBAN_INSTRUCTION
 
 __all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "TinySpec", "build_tiny", "cache_dir", "tiny_corpus"]
 
@@ -63,9 +65,6 @@ def tiny_corpus() -> list[str]:
     Only words: no Sokoban grids or FrozenLake maps, so BPE learns no merge of grid symbols and
     every grid cell (``#``, ``_``, ``P``, ``X``, ``O``, ``S``, ``√``) stays one token.
     """
-    from agentrl.envs.adapter import make_frozen_lake
-    from agentrl.envs.sokoban.env import INSTRUCTION as SOKOBAN_INSTRUCTION
-
     lake = make_frozen_lake()
     _obs, info = lake.reset(seed=0)
     actions = ["up", "down", "left", "right"]

@@ -19,21 +19,11 @@ from typing import Any
 
 from ..backends.base import Backend, SamplingParams
 from ..backends.trie import allowed_per_position
-from ..pool import EnvPool
+from ..pool import EnvPool, ResetSpec
 from .parse import ActionFormat
 from .prompt import PromptBuilder, Turn
 
 __all__ = ["EpisodeResult", "ResetSpec", "RolloutStats", "StepRecord", "run_episodes"]
-
-
-@dataclass(frozen=True)
-class ResetSpec:
-    """How to start one episode: ``reset(seed=seed, options=options)``; ``group`` ties the N
-    rollouts of one task together."""
-
-    group: int
-    seed: int | None = None
-    options: dict[str, Any] | None = None
 
 
 @dataclass
@@ -127,7 +117,7 @@ def run_episodes(
 ) -> list[EpisodeResult]:
     """Play ``len(resets)`` episodes on envs ``0..len(resets)-1`` of ``pool``.
 
-    ``step_sync`` (data-parallel runs, ``agentrl.data_parallel.lockstep``): called once per step
+    ``step_sync`` (data-parallel runs, ``agentrl.training.data_parallel.lockstep``): called once per step
     with this process's live episode count, it returns the number of live episodes that come
     before them in the global list and whether any is live anywhere; the requests are numbered
     from there (``SamplingParams.request_ids``), so each episode samples exactly as it would in

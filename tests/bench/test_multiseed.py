@@ -1,4 +1,4 @@
-"""agentrl.multiseed: bootstrap intervals, differences of means, run folders, targets (hand-computed)."""
+"""agentrl.evaluation.multiseed: bootstrap intervals, differences of means, run folders, targets (hand-computed)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentrl.multiseed import (
+from agentrl.evaluation.multiseed import (
     Evaluation,
     RunResult,
     bootstrap_diff_ci,

@@ -351,7 +351,7 @@ def play_share(tiny_path: str, groups: int, group_size: int, seed: int):
 
 
 def play_as_one(tiny_path: str, seed: int):
-    """20 resets sampled at temperature 1 with :func:`agentrl.data_parallel.play_as_one_process`
+    """20 resets sampled at temperature 1 with :func:`agentrl.training.data_parallel.play_as_one_process`
     on pools of this rank's share of 3 groups of 4 envs (one process: 12; 2 ranks: 8 and 4), i.e.
     chunks of 12 and 8 resets, the second played by rank 0 alone. Returns every episode."""
     from agentrl import data_parallel as P
@@ -368,8 +368,8 @@ def play_as_one(tiny_path: str, seed: int):
 
 def rollout_main(tiny_path: str, out: str) -> list:
     """Rank 0 writes every rank's episodes; returns this rank's."""
-    from agentrl.data_parallel import gather_episodes
     from agentrl.distributed import rank
+    from agentrl.training.data_parallel import gather_episodes
 
     local = play_share(tiny_path, 3, 4, seed=11)
     eps = gather_episodes(local)
@@ -409,8 +409,8 @@ def shape_and_update(tiny_path: str, eps: list, sharded: bool) -> dict[str, Any]
     weights after one update with :func:`fixed_token_advantages` (``"params"``)."""
     from types import SimpleNamespace
 
-    from agentrl.data_parallel import global_step_batch
-    from agentrl.token_credit import hindsight_sequences, shaped_token_advantages
+    from agentrl.training.data_parallel import global_step_batch
+    from agentrl.training.token_credit import hindsight_sequences, shaped_token_advantages
 
     model, tok = build_model(tiny_path, False)
     cls = Learner
@@ -466,9 +466,9 @@ def dynamic_iteration() -> tuple[list, dict[str, float]]:
     """Iteration 0's episodes (this rank's) and metrics with :data:`DYNAMIC`, built as the
     recipe builds them (one process, or this rank under the process group)."""
     from agentrl.config import load_config
-    from agentrl.iteration import play_iteration
     from agentrl.recipe import build
     from agentrl.rollout import RolloutStats
+    from agentrl.training.iteration import play_iteration
 
     from .helpers import make_cfg
 
@@ -481,8 +481,8 @@ def dynamic_iteration() -> tuple[list, dict[str, float]]:
 
 
 def dynamic_main(out: str) -> None:
-    from agentrl.data_parallel import gather_episodes
     from agentrl.distributed import all_gather_objects, rank
+    from agentrl.training.data_parallel import gather_episodes
 
     eps, metrics = dynamic_iteration()
     gathered = gather_episodes(eps)

@@ -8,7 +8,7 @@ import pickle
 import pytest
 import torch
 
-from agentrl.checkpoint import (
+from agentrl.training.checkpoint import (
     CheckpointError,
     find_checkpoint,
     load_checkpoint,

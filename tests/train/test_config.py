@@ -20,7 +20,7 @@ from agentrl.config import (
     load_config,
     reference_markdown,
 )
-from agentrl.preflight import preflight
+from agentrl.training.preflight import preflight
 
 from .helpers import CONFIG_DIR, make_cfg, options
 

@@ -345,7 +345,7 @@ def test_token_shapers_and_their_update_on_two_ranks_equal_one_process(tiny_path
     of the signals (measured: 5e-7 in certainty became 1e-4 in an advantage)."""
     from agentrl.credit import token_shapers
 
-    from agentrl.data_parallel import global_step_batch
+    from agentrl.training.data_parallel import global_step_batch
 
     eps = W.play_share(tiny_path, 3, 4, seed=11)
     single = W.shape_and_update(tiny_path, eps, sharded=False)

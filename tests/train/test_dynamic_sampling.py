@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from agentrl.dynamic_sampling import is_informative, sample_informative
+from agentrl.training.dynamic_sampling import is_informative, sample_informative
 
 
 def stream(pattern):
@@ -80,9 +80,9 @@ def _group_returns(cfg, group):
 
 def test_play_iteration_keeps_informative_groups_and_counts_the_draws():
     from agentrl.config import load_config
-    from agentrl.iteration import play_iteration
     from agentrl.recipe import build
     from agentrl.rollout import RolloutStats
+    from agentrl.training.iteration import play_iteration
 
     from .helpers import SMOKE, make_cfg
 

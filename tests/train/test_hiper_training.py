@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from agentrl.config import load_config
-from agentrl.hiper_steps import span_layout, token_offsets
 from agentrl.learner import StepSequence
-from agentrl.preflight import preflight
 from agentrl.recipe import train
 from agentrl.rollout.spans import HiperFormat
+from agentrl.training.hiper_steps import span_layout, token_offsets
+from agentrl.training.preflight import preflight
 
 from .helpers import SMOKE, make_cfg
 

@@ -1,6 +1,6 @@
 """The run summary says what its intervals support, and nothing more."""
 
-from agentrl.summary import Rate, RunSummary, to_markdown
+from agentrl.training.summary import Rate, RunSummary, to_markdown
 
 
 def _summary(initial, final):

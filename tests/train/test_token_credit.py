@@ -12,10 +12,10 @@ from agentrl.credit import token_shapers
 
 from agentrl.config import ConfigError, load_config
 from agentrl.learner import Learner, LearnerConfig, collate
-from agentrl.preflight import preflight
 from agentrl.recipe import train
 from agentrl.rollout import to_step_batch
-from agentrl.token_credit import _closing_ids, hindsight_sequences
+from agentrl.training.preflight import preflight
+from agentrl.training.token_credit import _closing_ids, hindsight_sequences
 
 from .helpers import SMOKE, make_cfg
 from .test_learner import _rollout
@@ -172,7 +172,7 @@ def test_zero_advantage_steps_skip_the_extra_pass_and_shape_the_same(tiny, sokob
     steps with a non-zero advantage, and the token advantages equal shaping with every row scored."""
     from types import SimpleNamespace
 
-    from agentrl.token_credit import shaped_token_advantages
+    from agentrl.training.token_credit import shaped_token_advantages
 
     model, tok = tiny
     eps = _rollout(model, tok, sokoban_pool, constrained=False, max_new_tokens=5)

@@ -29,7 +29,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from .pool import BasePool, EnvFn, Reply, build_envs, encode_replies, run_op
+from .base import BasePool, EnvFn, Reply, build_envs, encode_replies, run_op
 
 __all__ = ["RayEnvPool"]
 

@@ -29,11 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from . import distributed as D
-from .credit import StepBatch
-from .learner import Learner, StepSequence
-from .learner.span_routing import route_spans
-from .rollout.spans import HiperFormat, token_mask
+from .. import distributed as D
+from ..credit import StepBatch
+from ..learner import Learner, StepSequence
+from ..learner.span_routing import route_spans
+from ..rollout.spans import HiperFormat, token_mask
 
 __all__ = ["SpanLayout", "prepare", "span_layout", "token_offsets", "update_kwargs"]
 

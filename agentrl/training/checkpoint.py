@@ -42,12 +42,12 @@ def save_checkpoint(run: Path, it: int, state: dict[str, Any], keep: int) -> Pat
     torch.save({"iteration": it, **state}, tmp / "state.pt")
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
-    for old in _complete(root)[:-keep]:
+    for old in complete_checkpoints(root)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
 
-def _complete(root: Path) -> list[Path]:
+def complete_checkpoints(root: Path) -> list[Path]:
     """Complete checkpoint folders, oldest first (temporary folders of interrupted saves excluded)."""
     if not root.is_dir():
         return []
@@ -64,7 +64,7 @@ def find_checkpoint(path: str | Path) -> Path:
     if p.is_file():
         return p
     for root in (checkpoint_dir(p), p):
-        found = _complete(root)
+        found = complete_checkpoints(root)
         if found:
             return found[-1] / "state.pt"
     raise CheckpointError(

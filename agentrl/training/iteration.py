@@ -8,14 +8,14 @@ from typing import Any
 
 import numpy as np
 
-from . import credit
-from . import distributed as D
-from .config import TrainConfig
+from .. import credit
+from .. import distributed as D
+from ..config import TrainConfig
+from ..evaluation.tasks import eval_resets, make_tasks
+from ..learner import Learner
+from ..rollout import EpisodeResult, EpisodeRunner, ResetSpec, RolloutStats, chunk_seed
 from .data_parallel import local_share, lockstep, play_as_one_process
 from .dynamic_sampling import sample_informative
-from .evaluation.tasks import eval_resets, make_tasks
-from .learner import Learner
-from .rollout import EpisodeResult, EpisodeRunner, ResetSpec, RolloutStats, chunk_seed
 from .summary import peak_cuda_mb, peak_rss_mb
 
 __all__ = [
@@ -74,7 +74,7 @@ def play_iteration(
 ) -> tuple[list[EpisodeResult], dict[str, float]]:
     """Iteration ``it``'s training episodes and the rollout metrics to log.
 
-    With ``rollout.dynamic_sampling`` (:func:`agentrl.dynamic_sampling.sample_informative`),
+    With ``rollout.dynamic_sampling`` (:func:`agentrl.training.dynamic_sampling.sample_informative`),
     groups whose rollouts all got the same return are dropped and new groups drawn within
     ``rollout.max_extra_rollouts``. The return is the env reward plus ``env.invalid_penalty`` per
     invalid step (what the credit modules see). The first draw is exactly the iteration's usual
@@ -83,7 +83,7 @@ def play_iteration(
     r = cfg.rollout
     if not r.dynamic_sampling:
         # torchrun: this rank's groups, stepped in lockstep with the other ranks so every episode
-        # samples as in one process (agentrl.data_parallel); one process: all groups
+        # samples as in one process (agentrl.training.data_parallel); one process: all groups
         resets, first = local_share(train_resets(cfg, it, train_ids), r.group_size)
         seed = chunk_seed(cfg.seed, it, 2)
         return runner.play(resets, temperature=r.temperature, seed=seed, traj_offset=first,
@@ -142,7 +142,7 @@ def features(
     """Critic values and hidden-state embeddings at each step's last prompt token, computed only
     when the credit module declares it needs them (``value``, ``embedding``)."""
     if not needs & {"value", "embedding"} or "value_high" in needs:
-        return None, None  # HiPER's three values come from agentrl.hiper_steps.prepare
+        return None, None  # HiPER's three values come from agentrl.training.hiper_steps.prepare
     depth = _num_hidden_states(model)
     layer = max(layer, -depth + 1) if layer < 0 else min(layer, depth - 1)
     prompts = [s.prompt_ids for ep in eps for s in ep.steps]

@@ -22,19 +22,12 @@ from typing import Any
 
 import torch
 
-from agentrl import distributed as D
+from .. import distributed as D
+from .checkpoint import checkpoint_dir, complete_checkpoints
 
 __all__ = ["is_checkpoint", "load_learner", "load_meta", "save_learner", "wait"]
 
 META = "meta.pt"
-
-
-def _modules(learner) -> torch.nn.Module:
-    """The learner's trained modules under stable names: ``policy.*`` and ``value_head.*``."""
-    mods = {"policy": learner.model}
-    if getattr(learner, "value_head", None) is not None:
-        mods["value_head"] = learner.value_head
-    return torch.nn.ModuleDict(mods)
 
 
 @contextlib.contextmanager
@@ -54,7 +47,9 @@ def _options():
 def _state(learner) -> dict[str, Any]:
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
-    model_sd, optim_sd = get_state_dict(_modules(learner), learner.optimizer, options=_options())
+    model_sd, optim_sd = get_state_dict(
+        learner.trained_modules(), learner.optimizer, options=_options()
+    )
     return {"model": model_sd, "optim": optim_sd}
 
 
@@ -121,7 +116,7 @@ def load_learner(learner, path: str | Path) -> dict[str, Any]:
             "was it saved for the same model and LoRA/value-head settings?"
         ) from exc
     set_state_dict(
-        _modules(learner),
+        learner.trained_modules(),
         learner.optimizer,
         model_state_dict=state["model"],
         optim_state_dict=state["optim"],
@@ -148,12 +143,10 @@ def is_sharded(learner_state: Any) -> bool:
 
 def save_run_checkpoint(run: Path, it: int, state: dict[str, Any], learner, keep: int) -> Path:
     """Checkpoint ``it`` of ``run`` in the recipe's layout (``checkpoints/iter_NNNNNN/state.pt``,
-    atomic rename, the newest ``keep`` kept: :mod:`agentrl.checkpoint`), with the learner's state
+    atomic rename, the newest ``keep`` kept: :mod:`agentrl.training.checkpoint`), with the learner's state
     as DCP shards in ``iter_NNNNNN/learner/`` written by every rank. All ranks call this; rank 0
     writes ``state.pt`` (``state`` without the learner) and renames the folder when complete."""
     import shutil
-
-    from .checkpoint import _complete, checkpoint_dir
 
     root = checkpoint_dir(run)
     final = root / f"iter_{it:06d}"
@@ -168,7 +161,7 @@ def save_run_checkpoint(run: Path, it: int, state: dict[str, Any], learner, keep
         torch.save({"iteration": it, **state, "learner": dict(SHARDED)}, tmp / "state.pt")
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
-        for old in _complete(root)[:-keep]:
+        for old in complete_checkpoints(root)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
     D.barrier()
     return final

@@ -1,48 +1,30 @@
-"""A pool of text environments stepped in parallel: worker processes here, or Ray actors.
-
-``EnvPool`` holds N environments. With ``num_workers=0`` they live in this process; otherwise env
-``i`` lives in worker ``i % num_workers`` and every call sends one message per worker, so the
-workers step their envs concurrently. ``agentrl.pool_ray.RayEnvPool`` keeps the same contract with
-the envs in Ray actors, anywhere on a Ray cluster; :func:`make_pool` picks the backend. There is
-no automatic reset: the caller resets each env with its own seed and options, which is how a group
-of rollouts starts from one task.
-
-Failures never take the pool down:
-
-- an env that raises ends its episode as truncated, with ``info["error"]`` naming the exception;
-- an env whose result cannot be pickled (say, an ``info`` holding a lock) ends only its own
-  episode, with ``info["error"]`` naming the field that could not be sent;
-- a worker that dies (or does not answer within ``step_timeout``) is restarted with fresh envs;
-  every episode it held ends as truncated with ``info["error"]`` saying what happened, and must
-  be reset.
-
-``step_timeout`` is seconds per env call, and each call has one deadline: ``step_timeout`` times
-the number of the call's envs on the busiest worker (a worker runs its envs one after another);
-every worker answers by then, however many of them hang. Building the envs (at start and after a restart) is not timed; it happens before a
-worker's first call.
-
-The pool imports no torch; it is shared by training, evaluation and benchmarks.
-"""
+"""The env pool's contract, shared by every backend: env recipes, what a worker runs, and
+:class:`BasePool` (episode bookkeeping: cut episodes, last observations, retries)."""
 
 from __future__ import annotations
 
 import contextlib
-import multiprocessing as mp
 import pickle
-import signal
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from multiprocessing.connection import wait
 from typing import Any, NamedTuple
 
 import gymnasium as gym
 
-__all__ = ["BACKENDS", "EnvPool", "EnvSpec", "StepResult", "make_pool"]
+from agentrl import envs
 
-#: Values of ``env.backend``.
-BACKENDS = ("process", "ray")
+__all__ = [
+    "BasePool",
+    "EnvFn",
+    "EnvSpec",
+    "Reply",
+    "StepResult",
+    "build_envs",
+    "encode_replies",
+    "run_op",
+]
 
 
 @dataclass(frozen=True)
@@ -53,9 +35,17 @@ class EnvSpec:
     kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __call__(self) -> gym.Env:
-        from agentrl import envs
-
         return envs.make(self.name, **self.kwargs)
+
+
+@dataclass(frozen=True)
+class ResetSpec:
+    """How to start one episode: ``reset(seed=seed, options=options)``; ``group`` ties the N
+    rollouts of one task together."""
+
+    group: int
+    seed: int | None = None
+    options: dict[str, Any] | None = None
 
 
 class StepResult(NamedTuple):
@@ -143,27 +133,6 @@ def build_envs(env_fns: dict[int, EnvFn]) -> tuple[dict[int, gym.Env] | None, st
                     env.close()
             return None, f"building env {i} failed: {type(exc).__name__}: {exc}"
     return envs, None
-
-
-def _worker(conn, env_fns: dict[int, EnvFn]) -> None:
-    envs, why = build_envs(env_fns)
-    conn.send_bytes(pickle.dumps(("ready", why)))
-    if envs is None:
-        conn.close()
-        return
-    try:
-        while True:
-            msg = conn.recv()
-            if msg is None:
-                break
-            op, items = msg
-            conn.send_bytes(encode_replies(op, [(i, *run_op(envs[i], op, a)) for i, a in items]))
-    except (EOFError, KeyboardInterrupt):
-        pass
-    finally:
-        for env in envs.values():
-            with contextlib.suppress(Exception):
-                env.close()
 
 
 # -- the backend-independent contract -----------------------------------------------------------
@@ -333,173 +302,3 @@ class BasePool:
             if most > 1
             else f"timed out after {limit:g} s",
         )
-
-
-# -- worker processes ---------------------------------------------------------------------------
-class _Worker:
-    def __init__(self, ctx, env_fns: dict[int, EnvFn]):
-        self.env_fns = env_fns
-        self.ready = False
-        self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_worker, args=(child, env_fns), daemon=True)
-        self.process.start()
-        child.close()
-
-    def kill(self) -> None:
-        if self.process.is_alive():
-            self.process.kill()
-        self.process.join(timeout=5)
-        self.conn.close()
-
-
-class EnvPool(BasePool):
-    """Many envs, stepped together in worker processes on this machine.
-
-    Args:
-        env_fns: one picklable zero-argument callable per env (e.g. :class:`EnvSpec`).
-        num_workers: worker processes; 0 keeps every env in this process.
-        mp_context: multiprocessing start method (``"forkserver"``, ``"spawn"`` or ``"fork"``).
-        step_timeout: seconds per env call; a call's deadline is this times the most envs any one
-            worker holds in the call, shared by all workers; late workers are killed and
-            restarted (``None``: wait forever). Not enforced with 0 workers.
-    """
-
-    def __init__(
-        self,
-        env_fns: Sequence[EnvFn],
-        num_workers: int = 0,
-        mp_context: str = "forkserver",
-        step_timeout: float | None = None,
-    ):
-        if num_workers < 0:
-            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
-        super().__init__(env_fns, num_workers, step_timeout)
-        self.num_workers = self.num_groups
-        if self.num_workers == 0:
-            self._local = [fn() for fn in self.env_fns]
-            self._workers: list[_Worker] = []
-        else:
-            self._ctx = mp.get_context(mp_context)
-            self._workers = [
-                _Worker(self._ctx, self._group_envs(w)) for w in range(self.num_workers)
-            ]
-
-    def close(self) -> None:
-        for w in self._workers:
-            with contextlib.suppress(BrokenPipeError, OSError):
-                w.conn.send(None)
-        for w in self._workers:
-            w.process.join(timeout=5)
-            w.kill()
-        self._workers = []
-        for env in getattr(self, "_local", []):
-            env.close()
-        self._local = []
-
-    def worker_pids(self) -> list[int]:
-        return [w.process.pid for w in self._workers]
-
-    # -- internals -----------------------------------------------------------------------------
-    def _await_ready(self, ws: list[int]) -> None:
-        """Wait (untimed) until workers ``ws`` have built their envs; raise if one cannot."""
-        for w in ws:
-            worker = self._workers[w]
-            if worker.ready:
-                continue
-            try:
-                _, why = pickle.loads(worker.conn.recv_bytes())
-            except (EOFError, OSError):
-                why = f"{self._death(w)} while building its envs"
-            if why is not None:
-                raise RuntimeError(f"env worker {w}: {why}")
-            worker.ready = True
-
-    def _exchange(
-        self, op: str, by_group: dict[int, list[tuple[int, tuple]]]
-    ) -> tuple[list[Reply], dict[int, str]]:
-        self._await_ready(list(by_group))
-        replies: list[Reply] = []
-        failed: dict[int, str] = {}
-        pending: dict[Any, int] = {}
-        for w, items in by_group.items():
-            try:
-                self._workers[w].conn.send((op, items))
-                pending[self._workers[w].conn] = w
-            except (BrokenPipeError, OSError):
-                failed[w] = self._death(w)
-        deadline, late = self._deadline(by_group)
-        while pending:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            sentinels = {self._workers[w].process.sentinel: w for w in pending.values()}
-            ready = wait([*pending, *sentinels], timeout=left)
-            if not ready:  # the deadline passed: every worker still pending is late
-                for w in pending.values():
-                    failed[w] = f"worker {w} (pid {self._workers[w].process.pid}) {late}"
-                break
-            for obj in ready:
-                w = pending.get(obj, sentinels.get(obj))
-                if w is None or self._workers[w].conn not in pending:
-                    continue
-                conn = self._workers[w].conn
-                try:
-                    if obj is conn or conn.poll():
-                        replies.extend(pickle.loads(conn.recv_bytes()))
-                    else:  # the process ended without answering
-                        failed[w] = self._death(w)
-                except (EOFError, OSError):
-                    failed[w] = self._death(w)
-                del pending[conn]
-        for w in failed:
-            self._workers[w].kill()
-            self._workers[w] = _Worker(self._ctx, self._group_envs(w))
-        return replies, failed
-
-    def _death(self, w: int) -> str:
-        """Why worker ``w`` is gone, with its exit code or the signal that killed it."""
-        process = self._workers[w].process
-        process.join(timeout=2)
-        code = process.exitcode
-        if code is not None and code < 0:
-            try:
-                how = f"was killed by {signal.Signals(-code).name}"
-            except ValueError:
-                how = f"was killed by signal {-code}"
-        else:
-            how = f"died with exit code {code}"
-        return f"worker {w} (pid {process.pid}) {how}"
-
-
-def make_pool(
-    specs: Sequence[EnvFn],
-    *,
-    backend: str = "process",
-    num_workers: int = 0,
-    step_timeout: float | None = None,
-    ray_address: str | None = None,
-    envs_per_actor: int = 4,
-    actor_num_cpus: float = 1.0,
-    mp_context: str = "forkserver",
-) -> BasePool:
-    """Build the env pool of ``backend`` (``env.backend``): the trainer and evaluation call this.
-
-    ``"process"``: :class:`EnvPool` with ``num_workers`` worker processes (``mp_context``).
-    ``"ray"``: :class:`agentrl.pool_ray.RayEnvPool`, ``envs_per_actor`` envs per actor, each actor
-    reserving ``actor_num_cpus`` CPUs, on the Ray at ``ray_address`` (``None``: ``RAY_ADDRESS``,
-    else the Ray already initialised in this process, else a local Ray); ``num_workers`` is not
-    used. Both have the same methods and failure behaviour.
-    """
-    if backend == "process":
-        return EnvPool(
-            specs, num_workers=num_workers, mp_context=mp_context, step_timeout=step_timeout
-        )
-    if backend == "ray":
-        from .pool_ray import RayEnvPool
-
-        return RayEnvPool(
-            specs,
-            envs_per_actor=envs_per_actor,
-            actor_num_cpus=actor_num_cpus,
-            step_timeout=step_timeout,
-            address=ray_address,
-        )
-    raise ValueError(f"env.backend must be one of {', '.join(BACKENDS)}; got {backend!r}")

@@ -13,9 +13,11 @@ import re
 import tempfile
 from pathlib import Path
 
-from . import credit
-from .config import ConfigError, TrainConfig
-from .credit.synthetic import random_batch, with_hiper_columns
+from .. import credit, envs
+from ..config import ConfigError, TrainConfig
+from ..credit import token_shapers
+from ..credit.synthetic import random_batch, with_hiper_columns
+from .checkpoint import CheckpointError, find_checkpoint
 from .iteration import credit_options
 
 __all__ = ["SUPPLIED_INPUTS", "preflight"]
@@ -23,7 +25,7 @@ __all__ = ["SUPPLIED_INPUTS", "preflight"]
 #: Optional step-batch inputs the trainer can supply to a credit module that declares them.
 SUPPLIED_INPUTS = frozenset(
     {"value", "embedding", "observation", "next_state_key"}
-    # credit=hiper: the HiPER action format and three-head critic (agentrl.hiper_steps)
+    # credit=hiper: the HiPER action format and three-head critic (agentrl.training.hiper_steps)
     | {"switch", "subgoal", "switch_span", "value_high", "value_term"}
 )
 BUILTIN_MODELS = ("tiny", "smollm2-135m", "smollm2-135m-instruct")
@@ -60,8 +62,6 @@ def _credit(cfg: TrainConfig) -> list[str]:
             f"which the trainer cannot supply (it supplies {', '.join(sorted(SUPPLIED_INPUTS))})"
         ]
     if cfg.credit.token is not None:
-        from .credit import token_shapers
-
         if name == "hiper":
             return ["credit.token: HiPER routes its three advantages to spans; a token shaper "
                     "cannot reshape them (set credit.token=null)"]  # fmt: skip
@@ -89,8 +89,6 @@ def _credit(cfg: TrainConfig) -> list[str]:
 
 
 def _env(cfg: TrainConfig) -> list[str]:
-    from . import envs
-
     e = cfg.env
     try:
         env = envs.make(e.id, **dict(e.kwargs))
@@ -146,8 +144,6 @@ def _model(cfg: TrainConfig) -> list[str]:
 def _resume(cfg: TrainConfig) -> list[str]:
     if not cfg.trainer.resume:
         return []
-    from .checkpoint import CheckpointError, find_checkpoint
-
     try:
         find_checkpoint(cfg.trainer.resume)
     except CheckpointError as exc:

@@ -7,7 +7,7 @@ shaper declares (``token_shapers.needs``) come from the learner's no-grad pass u
 that sampled the rollout (entropy, self-certainty, the chosen token's logit), the reference policy
 (``ref_logprob``), the rollout itself (``logprob``, ``token_id``), or StepOPSD's hindsight teacher
 pass (:func:`hindsight_sequences`: the same model rescoring the step's tokens with the step's
-outcome added to its prompt). HiPER's span routing is :mod:`agentrl.hiper_steps`.
+outcome added to its prompt). HiPER's span routing is :mod:`agentrl.training.hiper_steps`.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from . import distributed as D
-from .config import TrainConfig
-from .credit import StepBatch, token_shapers
+from .. import distributed as D
+from ..config import TrainConfig
+from ..credit import StepBatch, token_shapers
+from ..learner import Learner, StepSequence
+from ..rollout import EpisodeResult
 from .hiper_steps import SpanLayout, update_kwargs
-from .learner import Learner, StepSequence
-from .rollout import EpisodeResult
 
 __all__ = ["hindsight_sequences", "shaped_token_advantages", "update_inputs"]
 
@@ -132,7 +132,7 @@ def update_inputs(
     spans: SpanLayout | None = None,
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """The learner's keyword arguments for this update (value targets, token advantages) and the
-    metrics of the token-level credit; ``spans``: HiPER's routing (:mod:`agentrl.hiper_steps`)."""
+    metrics of the token-level credit; ``spans``: HiPER's routing (:mod:`agentrl.training.hiper_steps`)."""
     values = batch.value
     returns = res.components.get("returns") if values is not None else None
     if values is not None and returns is None:

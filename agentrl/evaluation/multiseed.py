@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .evaluation.stats import wilson_interval
+from .stats import wilson_interval
 
 __all__ = [
     "Evaluation",

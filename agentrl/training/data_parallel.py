@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from . import distributed as D
-from .rollout import EpisodeResult, ResetSpec, RolloutStats, to_step_batch
+from .. import distributed as D
+from ..rollout import EpisodeResult, ResetSpec, RolloutStats, to_step_batch
 
 __all__ = [
     "gather_episodes",

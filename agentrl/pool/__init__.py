@@ -1,0 +1,81 @@
+"""A pool of text environments stepped in parallel: worker processes here, or Ray actors.
+
+``EnvPool`` holds N environments. With ``num_workers=0`` they live in this process; otherwise env
+``i`` lives in worker ``i % num_workers`` and every call sends one message per worker, so the
+workers step their envs concurrently. ``agentrl.pool.ray.RayEnvPool`` keeps the same contract with
+the envs in Ray actors, anywhere on a Ray cluster; :func:`make_pool` picks the backend. There is
+no automatic reset: the caller resets each env with its own seed and options, which is how a group
+of rollouts starts from one task.
+
+Failures never take the pool down:
+
+- an env that raises ends its episode as truncated, with ``info["error"]`` naming the exception;
+- an env whose result cannot be pickled (say, an ``info`` holding a lock) ends only its own
+  episode, with ``info["error"]`` naming the field that could not be sent;
+- a worker that dies (or does not answer within ``step_timeout``) is restarted with fresh envs;
+  every episode it held ends as truncated with ``info["error"]`` saying what happened, and must
+  be reset.
+
+``step_timeout`` is seconds per env call, and each call has one deadline: ``step_timeout`` times
+the number of the call's envs on the busiest worker (a worker runs its envs one after another);
+every worker answers by then, however many of them hang. Building the envs (at start and after a restart) is not timed; it happens before a
+worker's first call.
+
+The pool imports no torch; it is shared by training, evaluation and benchmarks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .base import BasePool, EnvFn, EnvSpec, ResetSpec, StepResult
+from .process import EnvPool
+from .ray import RayEnvPool
+
+__all__ = [
+    "BACKENDS",
+    "BasePool",
+    "EnvPool",
+    "EnvSpec",
+    "RayEnvPool",
+    "ResetSpec",
+    "StepResult",
+    "make_pool",
+]
+
+#: Values of ``env.backend``.
+BACKENDS = ("process", "ray")
+
+
+def make_pool(
+    specs: Sequence[EnvFn],
+    *,
+    backend: str = "process",
+    num_workers: int = 0,
+    step_timeout: float | None = None,
+    ray_address: str | None = None,
+    envs_per_actor: int = 4,
+    actor_num_cpus: float = 1.0,
+    mp_context: str = "forkserver",
+) -> BasePool:
+    """Build the env pool of ``backend`` (``env.backend``): the trainer and evaluation call this.
+
+    ``"process"``: :class:`EnvPool` with ``num_workers`` worker processes (``mp_context``).
+    ``"ray"``: :class:`agentrl.pool.ray.RayEnvPool`, ``envs_per_actor`` envs per actor, each actor
+    reserving ``actor_num_cpus`` CPUs, on the Ray at ``ray_address`` (``None``: ``RAY_ADDRESS``,
+    else the Ray already initialised in this process, else a local Ray); ``num_workers`` is not
+    used. Both have the same methods and failure behaviour.
+    """
+    if backend == "process":
+        return EnvPool(
+            specs, num_workers=num_workers, mp_context=mp_context, step_timeout=step_timeout
+        )
+    if backend == "ray":
+        return RayEnvPool(
+            specs,
+            envs_per_actor=envs_per_actor,
+            actor_num_cpus=actor_num_cpus,
+            step_timeout=step_timeout,
+            address=ray_address,
+        )
+    raise ValueError(f"env.backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
