@@ -92,12 +92,10 @@ def info(out: Path) -> dict:
 # -- the end-to-end model ----------------------------------------------------------------------
 def build_model(out: Path, shape: str, device: str, dtype: str, vocab: int | None = None) -> dict:
     import torch
+    from bench_fsdp_gpu import SHAPES  # scripts/ is on sys.path: this file runs as a script
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
     from agentrl.models import build_tiny
-
-    sys.path.insert(0, str(SCRIPTS))
-    from bench_fsdp_gpu import SHAPES
 
     t0 = time.perf_counter()
     tok = AutoTokenizer.from_pretrained(build_tiny())
