@@ -110,6 +110,18 @@ class RayConfig:
 
 
 @dataclass
+class HttpConfig:
+    """Env servers when `env.backend=http` (`python -m agentrl.pool.serve`; docs/envs/serving.md)."""
+
+    urls: list[str] = opt(
+        help="base URLs of the env servers (env i uses urls[i % n])", factory=list
+    )
+    token_env: str | None = opt(
+        None, "environment variable holding the servers' bearer token (null: none)"
+    )
+
+
+@dataclass
 class EnvConfig:
     """Group `env`: which environment, its tasks and the rollout loop's limits."""
 
@@ -161,12 +173,18 @@ class EnvConfig:
 
     backend: str = opt(
         "process",
-        "where envs run: process (worker processes on this host) or ray (Ray actors on a cluster)",
-        one_of("process", "ray"),
+        "where envs run: process (worker processes on this host), ray (Ray actors on a cluster) or http (env servers)",
+        one_of("process", "ray", "http"),
     )
     ray: RayConfig = opt(help="Ray actors (env.backend=ray)", factory=RayConfig)
+    http: HttpConfig = opt(help="env servers (env.backend=http)", factory=HttpConfig)
 
     def cross_checks(self) -> Iterator[tuple[str, str]]:
+        if self.backend == "http" and not self.http.urls:
+            yield "http.urls", "needs at least one server URL when env.backend=http"
+        for url in self.http.urls:
+            if not re.match(r"^https?://[^\s/]+", url):
+                yield "http.urls", f"{url!r} is not an http(s) URL"
         if self.eval_split is None and self.eval_seed_base is None:
             yield "eval_seed_base", "is needed when env.eval_split is null"
         if self.eval_split is None and self.eval_episodes is None:

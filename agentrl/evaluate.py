@@ -22,6 +22,7 @@ from .evaluation import Report, summarize
 from .evaluation.agents import ExpertAgent, RandomAgent
 from .evaluation.runner import Agent, EvaluationError, play_tasks
 from .evaluation.tasks import make_tasks
+from .pool import backend_options
 
 __all__ = ["build_agent", "evaluate", "main"]
 
@@ -72,22 +73,11 @@ def _resolve(cfg: DictConfig) -> dict[str, Any]:
         "num_workers": int(pick(cfg.num_workers, "num_workers", 0) or 0),
         "step_timeout": pick(cfg.step_timeout, "step_timeout"),
         "confidence": float(cfg.confidence),
-        "pool_options": _pool_options(env),
+        "pool_options": backend_options(env),
     }
     if settings["task_ids"] is not None:
         settings["split"] = None
     return settings
-
-
-def _pool_options(env: DictConfig) -> dict[str, Any]:
-    """Where the env config runs its envs (``env.backend``, ``env.ray``; see agentrl.config)."""
-    ray = env.get("ray") or {}
-    return {
-        "backend": str(env.get("backend", "process")),
-        "ray_address": ray.get("address"),
-        "envs_per_actor": int(ray.get("envs_per_actor", 4)),
-        "actor_num_cpus": float(ray.get("num_cpus", 1.0)),
-    }
 
 
 def evaluate(cfg: DictConfig) -> Report:

@@ -43,7 +43,7 @@ from .learner.fsdp import FSDPLearner
 from .learner.schedule import LRSchedule
 from .learner.weights import policy_state_dict
 from .models import apply_lora, load_model
-from .pool import EnvSpec, make_pool
+from .pool import EnvSpec, backend_options, make_pool
 from .rollout import ActionFormat, PromptBuilder, PromptConfig, RolloutStats
 from .rollout.runner import EpisodeRunner, RunnerSettings, chunk_seed, eval_seed
 from .rollout.spans import HiperFormat
@@ -122,9 +122,8 @@ def build(cfg: TrainConfig) -> Parts:
                            seed=cfg.seed)  # fmt: skip
     n_groups = len(D.shard_groups(r.tasks_per_iter))  # this rank's groups (all in one process)
     pool = make_pool([EnvSpec(e.id, dict(e.kwargs))] * (n_groups * r.group_size),
-                     backend=e.backend, num_workers=e.num_workers, step_timeout=e.step_timeout,
-                     ray_address=e.ray.address, envs_per_actor=e.ray.envs_per_actor,
-                     actor_num_cpus=e.ray.num_cpus)  # fmt: skip
+                     num_workers=e.num_workers, step_timeout=e.step_timeout,
+                     **backend_options(e))  # fmt: skip
     fmt, prompt = ActionFormat(**asdict(r.action)), asdict(r.prompt)
     if cfg.credit.name == "hiper":  # switch/subgoal/action spans; the subgoal block in the prompt
         a = asdict(r.action)

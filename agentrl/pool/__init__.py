@@ -26,7 +26,9 @@ The pool imports no torch; it is shared by training, evaluation and benchmarks.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from typing import Any
 
 from .base import BasePool, EnvFn, EnvSpec, ResetSpec, StepResult
 from .process import EnvPool
@@ -44,7 +46,7 @@ __all__ = [
 ]
 
 #: Values of ``env.backend``.
-BACKENDS = ("process", "ray")
+BACKENDS = ("process", "ray", "http")
 
 
 def make_pool(
@@ -57,6 +59,8 @@ def make_pool(
     envs_per_actor: int = 4,
     actor_num_cpus: float = 1.0,
     mp_context: str = "forkserver",
+    http_urls: Sequence[str] = (),
+    http_token: str | None = None,
 ) -> BasePool:
     """Build the env pool of ``backend`` (``env.backend``): the trainer and evaluation call this.
 
@@ -64,7 +68,9 @@ def make_pool(
     ``"ray"``: :class:`agentrl.pool.ray.RayEnvPool`, ``envs_per_actor`` envs per actor, each actor
     reserving ``actor_num_cpus`` CPUs, on the Ray at ``ray_address`` (``None``: ``RAY_ADDRESS``,
     else the Ray already initialised in this process, else a local Ray); ``num_workers`` is not
-    used. Both have the same methods and failure behaviour.
+    used. ``"http"``: :class:`agentrl.pool.http.HTTPEnvPool`, env ``i`` a session on server
+    ``http_urls[i % n]`` (``python -m agentrl.pool.serve``), with bearer token ``http_token``.
+    All have the same methods and failure behaviour.
     """
     if backend == "process":
         return EnvPool(
@@ -78,4 +84,33 @@ def make_pool(
             step_timeout=step_timeout,
             address=ray_address,
         )
+    if backend == "http":
+        from .http import HTTPEnvPool  # the serve extra (httpx)
+
+        return HTTPEnvPool(specs, http_urls, step_timeout=step_timeout, token=http_token)
     raise ValueError(f"env.backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
+
+
+def _get(cfg: Any, key: str, default: Any = None) -> Any:
+    """``cfg.key`` of a dataclass, a DictConfig or a dict (``None`` sections allowed)."""
+    if cfg is None:
+        return default
+    return cfg.get(key, default) if hasattr(cfg, "get") else getattr(cfg, key, default)
+
+
+def backend_options(env: Any) -> dict[str, Any]:
+    """The :func:`make_pool` options of an env config (``env.backend``, ``env.ray``,
+    ``env.http``): the trainer's typed ``EnvConfig`` or the evaluation's env section alike. The
+    http token is read from the variable ``env.http.token_env`` names."""
+    ray, http = _get(env, "ray"), _get(env, "http")
+    token_env = _get(http, "token_env")
+    if token_env and not os.environ.get(token_env):
+        raise ValueError(f"env.http.token_env={token_env}: the variable is empty or unset")
+    return {
+        "backend": str(_get(env, "backend", "process")),
+        "ray_address": _get(ray, "address"),
+        "envs_per_actor": int(_get(ray, "envs_per_actor", 4)),
+        "actor_num_cpus": float(_get(ray, "num_cpus", 1.0)),
+        "http_urls": [str(u) for u in (_get(http, "urls") or ())],
+        "http_token": os.environ.get(token_env) if token_env else None,
+    }

@@ -1,0 +1,238 @@
+"""Env pool backend: envs served over HTTP by ``python -m agentrl.pool.serve`` (:class:`HTTPEnvPool`).
+
+Env ``i`` is a session on server ``i % len(urls)``; every pool call sends one batched request per
+server, to all servers at once, under one deadline. The failure contract is the other
+backends' (:class:`agentrl.pool.base.BasePool`):
+
+- an env that raises, crashes or hangs on the server costs its own episode: the server's own
+  process pool cuts it (truncated, ``info["error"]``) and restarts its worker;
+- a server that dies, hangs past the deadline, answers with an error status or a malformed
+  reply ends the episodes it held (truncated, ``info["error"]`` naming the server and what
+  happened); its sessions are opened again on the next reset, so a restarted server is used
+  again (a reset or call that still fails raises ``RuntimeError`` naming the server);
+- a result the protocol cannot carry (a set in ``info``...) ends only its own episode, naming
+  the field.
+
+The deadline of a call is ``step_timeout`` per env on the busiest server worker, plus
+:data:`GRACE` seconds for the server to answer after its own deadline; ``step_timeout`` should
+be the server's (``--step-timeout``). httpx is the client (maintained; sync API, connection
+pooling, per-request timeouts).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+
+from .base import BasePool, EnvFn, EnvSpec, Reply, StepResult
+from .wire import PROTOCOL, from_wire, to_wire
+
+__all__ = ["GRACE", "HTTPEnvPool"]
+
+#: Seconds a server gets past the step deadline to answer (its own deadline fires first).
+GRACE = 10.0
+
+
+class ServerError(RuntimeError):
+    """A server that cannot be used for this call (down, late, an error status, a bad reply)."""
+
+
+class HTTPEnvPool(BasePool):
+    """Many envs, each a session on one of the env servers at ``urls``.
+
+    Args:
+        env_fns: one :class:`~agentrl.pool.EnvSpec` per env; each server must serve that id and
+            those kwargs (checked when the pool starts).
+        urls: the servers' base URLs (``http://127.0.0.1:8600``); env ``i`` uses ``urls[i % n]``.
+        step_timeout: seconds per env call (the servers'); ``None``: wait forever.
+        token: bearer token the servers require (``None``: none).
+        connect_timeout: seconds to connect to a server.
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[EnvFn],
+        urls: Sequence[str],
+        *,
+        step_timeout: float | None = 30.0,
+        token: str | None = None,
+        connect_timeout: float = 10.0,
+    ):
+        specs = list(env_fns)
+        if not urls:
+            raise ValueError("env.backend=http needs at least one server url (env.http.urls)")
+        bad = [type(f).__name__ for f in specs if not isinstance(f, EnvSpec)]
+        if bad:
+            raise ValueError(f"env.backend=http builds envs by id: got {bad[0]}, not an EnvSpec")
+        super().__init__(specs, num_groups=len(urls), step_timeout=step_timeout)
+        self.urls = [u.rstrip("/") for u in urls][: self.num_groups]
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        self._connect = connect_timeout
+        self._client = httpx.Client(
+            headers=headers, timeout=httpx.Timeout(None, connect=connect_timeout)
+        )
+        self._threads = ThreadPoolExecutor(max_workers=max(1, self.num_groups))
+        self._session: dict[int, str] = {}  # env index -> session id on its server
+        self._workers: dict[int, int] = {}  # server -> its env processes (from /v1/health)
+        for g in range(self.num_groups):
+            self._check_server(g)
+
+    # -- servers -----------------------------------------------------------------------------
+    def _check_server(self, g: int) -> None:
+        """The server serves this protocol, env id and kwargs (a mismatch is a config error)."""
+        try:
+            h = self._request(g, "GET", "/v1/health", None, self._connect + 5)
+        except ServerError as exc:
+            raise RuntimeError(f"env server {self.urls[g]} cannot be used: {exc}") from None
+        spec = self.env_fns[g]
+        if h.get("protocol") != PROTOCOL:
+            raise RuntimeError(
+                f"env server {self.urls[g]} speaks protocol {h.get('protocol')!r}, not {PROTOCOL}"
+            )
+        if h.get("env") != spec.name and not str(h.get("env")).endswith(f"/{spec.name}"):
+            raise RuntimeError(
+                f"env server {self.urls[g]} serves {h.get('env')!r}, not {spec.name!r}"
+            )
+        if h.get("kwargs") != to_wire(dict(spec.kwargs)):
+            raise RuntimeError(
+                f"env server {self.urls[g]} serves {spec.name} with kwargs "
+                f"{from_wire(h.get('kwargs'))}, not {dict(spec.kwargs)}"
+            )
+        self._workers[g] = max(1, int(h.get("workers") or 1))
+
+    def _request(self, g: int, method: str, path: str, body: Any, timeout: float | None) -> dict:
+        url = self.urls[g]
+        try:
+            r = self._client.request(method, url + path, json=body, timeout=timeout)
+        except httpx.TimeoutException:
+            raise ServerError(f"env server {url} did not answer within {timeout:g} s") from None
+        except httpx.HTTPError as exc:
+            raise ServerError(
+                f"env server {url} cannot be reached: {type(exc).__name__}: {exc}"
+            ) from None
+        try:
+            data = r.json()
+        except ValueError:
+            raise ServerError(
+                f"env server {url} sent a reply that is not JSON (HTTP {r.status_code})"
+            ) from None
+        if r.status_code != 200:
+            why = data.get("error") if isinstance(data, dict) else None
+            raise ServerError(f"env server {url} answered HTTP {r.status_code}: {why or data}")
+        if not isinstance(data, dict):
+            raise ServerError(f"env server {url} sent a malformed reply: not a JSON object")
+        return data
+
+    def _open(self, g: int, envs: list[int], timeout: float | None) -> None:
+        missing = [i for i in envs if i not in self._session]
+        if not missing:
+            return
+        spec = self.env_fns[g]
+        body = {"env": spec.name, "kwargs": to_wire(dict(spec.kwargs)), "count": len(missing)}
+        sids = self._request(g, "POST", "/v1/sessions", body, timeout).get("sessions")
+        if not (
+            isinstance(sids, list)
+            and len(sids) == len(missing)
+            and all(isinstance(s, str) for s in sids)
+        ):
+            raise ServerError(f"env server {self.urls[g]} sent a malformed sessions reply")
+        self._session.update(zip(missing, sids))
+
+    # -- the backend contract ------------------------------------------------------------------
+    def _exchange(
+        self, op: str, by_group: dict[int, list[tuple[int, tuple]]]
+    ) -> tuple[list[Reply], dict[int, str]]:
+        deadline = self._call_deadline(by_group)
+        jobs = {
+            g: self._threads.submit(self._serve, g, op, items, deadline)
+            for g, items in by_group.items()
+        }
+        replies: list[Reply] = []
+        failed: dict[int, str] = {}
+        for g, job in jobs.items():
+            try:
+                replies.extend(job.result())
+            except ServerError as exc:
+                failed[g] = str(exc)
+                for i in self._group_envs(g):  # its sessions are reopened on the next reset
+                    self._session.pop(i, None)
+        return replies, failed
+
+    def _call_deadline(self, by_group: dict[int, list]) -> float | None:
+        if self.step_timeout is None:
+            return None
+        most = max(math.ceil(len(items) / self._workers.get(g, 1)) for g, items in by_group.items())
+        return time.monotonic() + self.step_timeout * most + GRACE
+
+    def _serve(
+        self, g: int, op: str, items: list[tuple[int, tuple]], deadline: float | None
+    ) -> list[Reply]:
+        def left() -> float | None:
+            if deadline is None:
+                return None
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ServerError(f"env server {self.urls[g]} did not answer in time")
+            return remaining
+
+        envs = [i for i, _ in items]
+        if op != "step":  # sessions open on first use (a call may come before any reset)
+            self._open(g, envs, left())
+        elif any(i not in self._session for i in envs):
+            raise ServerError(f"env server {self.urls[g]}: no open session (reset the env first)")
+        body = {"items": [self._item(op, self._session[i], a) for i, a in items]}
+        results = self._request(g, "POST", f"/v1/{op}", body, left()).get("results")
+        if not isinstance(results, list) or len(results) != len(items):
+            raise ServerError(
+                f"env server {self.urls[g]} sent a malformed reply: wrong result count"
+            )
+        return [(i, *self._value(g, op, r)) for i, r in zip(envs, results)]
+
+    @staticmethod
+    def _item(op: str, session: str, args: tuple) -> dict[str, Any]:
+        if op == "reset":
+            seed, options = args
+            return {"session": session, "seed": seed, "options": to_wire(options)}
+        if op == "step":
+            return {"session": session, "action": args[0]}
+        method, call_args = args
+        return {"session": session, "method": method, "args": to_wire(list(call_args))}
+
+    def _value(self, g: int, op: str, r: Any) -> tuple[bool, Any]:
+        """``(ok, value)`` of one result, in the shape the in-process pool returns."""
+        try:
+            if not r["ok"]:
+                return False, f"env server {self.urls[g]}: {r['error']}"
+            if op == "reset":
+                return True, (r["observation"], from_wire(r["info"]))
+            if op == "step":
+                info = from_wire(r["info"])
+                return True, StepResult(
+                    r["observation"], from_wire(r["reward"]), r["terminated"], r["truncated"], info
+                )
+            return True, from_wire(r["result"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ServerError(
+                f"env server {self.urls[g]} sent a malformed {op} result ({type(exc).__name__}: {exc})"
+            ) from None
+
+    def worker_pids(self) -> list[int]:
+        """None here: the envs live in the servers' processes."""
+        return []
+
+    def close(self) -> None:
+        by_server: dict[int, list[str]] = {}
+        for i, sid in self._session.items():
+            by_server.setdefault(i % self.num_groups, []).append(sid)
+        for g, sids in by_server.items():
+            with contextlib.suppress(ServerError):
+                self._request(g, "POST", "/v1/close", {"sessions": sids}, self._connect + 5)
+        self._session.clear()
+        self._threads.shutdown(wait=False, cancel_futures=True)
+        self._client.close()
