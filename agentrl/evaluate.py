@@ -17,16 +17,18 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from . import __version__
+from . import __version__, envs
 from .evaluation import Report, summarize
 from .evaluation.agents import ExpertAgent, RandomAgent
 from .evaluation.runner import Agent, EvaluationError, play_tasks
 from .evaluation.tasks import make_tasks
+from .overrides import unknown_group_option
 from .pool import backend_options
 
 __all__ = ["build_agent", "evaluate", "main"]
 
 AGENTS = ("random", "expert", "endpoint", "model")
+_started: list[bool] = []  # set once Hydra has composed the config and called main()
 
 
 def build_agent(agent_cfg: DictConfig, cfg: DictConfig) -> Agent | Any:
@@ -80,9 +82,27 @@ def _resolve(cfg: DictConfig) -> dict[str, Any]:
     return settings
 
 
+class ConfigProblem(ValueError):
+    """A bad setting found before any episode is played: exit 2 with this one line."""
+
+
+def _check_env(s: dict[str, Any]) -> None:
+    """Build the env once: an unknown id or a bad kwarg is a config problem, named."""
+    try:
+        envs.make(s["env"], **s["env_kwargs"]).close()
+    except KeyError as exc:
+        raise ConfigProblem(f"env.id={s['env']!r}: {exc.args[0] if exc.args else exc}") from None
+    except envs.registry.EnvKwargsError as exc:
+        raise ConfigProblem(f"env.kwargs: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - any failure to build the env is the config's
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigProblem(f"env {s['env']} with env.kwargs {s['env_kwargs']}: {msg}") from None
+
+
 def evaluate(cfg: DictConfig) -> Report:
     """Run the evaluation described by ``cfg`` and write its outputs; returns the report."""
     s = _resolve(cfg)
+    _check_env(s)
     out = Path(cfg.output_dir)
     tasks = make_tasks(
         s["env"],
@@ -138,8 +158,12 @@ def evaluate(cfg: DictConfig) -> Report:
 
 @hydra.main(version_base=None, config_path="pkg://agentrl.configs", config_name="evaluate")
 def main(cfg: DictConfig) -> None:
+    _started.append(True)
     try:
         report = evaluate(cfg)
+    except ConfigProblem as exc:
+        print(f"invalid config: {exc}", file=sys.stderr)
+        sys.exit(2)
     except (EvaluationError, ValueError, KeyError, FileNotFoundError, ImportError) as exc:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc  # no repr quotes
         print(f"evaluation failed: {msg}", file=sys.stderr)
@@ -153,5 +177,20 @@ def main(cfg: DictConfig) -> None:
     print(f"results: {Path(cfg.output_dir).resolve()}/results.json, table.md, success.png")
 
 
+def cli() -> None:
+    """Run :func:`main`; an unknown group option or a config Hydra cannot compose exits 2 (one
+    line for the former), as ``agentrl.train`` does."""
+    problem = unknown_group_option(sys.argv[1:])
+    if problem:
+        print(f"invalid config: {problem}", file=sys.stderr)
+        sys.exit(2)
+    try:
+        main()
+    except SystemExit as exc:
+        if exc.code == 1 and not _started:
+            sys.exit(2)
+        raise
+
+
 if __name__ == "__main__":
-    main()
+    cli()

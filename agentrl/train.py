@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 
 from .config import ConfigError, load_config
 from .distributed import close_distributed, record
+from .overrides import unknown_group_option
 from .recipe import TrainingStopped, train
 from .training.checkpoint import CheckpointError
 from .training.preflight import preflight
@@ -55,6 +56,10 @@ def cli() -> None:
 
     Under ``torchrun`` a rank's exception is recorded for torchrun's failure report
     (:func:`agentrl.distributed.record`) and the process group is left at the end."""
+    problem = unknown_group_option(sys.argv[1:])
+    if problem:
+        print(f"invalid config: {problem}", file=sys.stderr)
+        sys.exit(2)
     clean = False
     try:
         record(main)()

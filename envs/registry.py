@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import difflib
 import importlib.metadata
+import inspect
 import warnings
 from typing import Any
 
 import gymnasium as gym
+from gymnasium.envs.registration import load_env_creator
 
 NAMESPACE = "agentrl"
 ENTRY_POINT_GROUP = "agentrl.envs"
@@ -82,13 +84,56 @@ def resolve_id(name: str) -> str:
     )
 
 
+class EnvKwargsError(TypeError):
+    """Keyword arguments the env does not take (the message names them and the valid ones)."""
+
+
+def options(name: str) -> list[str] | None:
+    """The keyword arguments env ``name`` accepts (``None``: any, its creator takes ``**kwargs``)."""
+    spec = gym.registry[resolve_id(name)]
+    creator = spec.entry_point
+    if isinstance(creator, str):
+        creator = load_env_creator(creator)
+    try:
+        params = inspect.signature(creator).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C callable: nothing to read
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [p.name for p in params if p.kind in keyword and p.name != "self"]
+
+
+def check_kwargs(name: str, kwargs: dict[str, Any]) -> None:
+    """Raise :class:`EnvKwargsError` naming each kwarg env ``name`` does not take, with the
+    closest valid one and the full list."""
+    valid = options(name)
+    if valid is None:
+        return
+    bad = [k for k in kwargs if k not in valid and k != "render_mode"]
+    if not bad:
+        return
+    hints = []
+    for k in bad:
+        close = (
+            difflib.get_close_matches(k, valid, n=1, cutoff=0.5)
+            or [v for v in valid if v.startswith(k)][:1]
+        )
+        hints.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    raise EnvKwargsError(
+        f"{name} has no option {', '.join(hints)}; its options: {', '.join(valid) or 'none'}"
+    )
+
+
 def make(name: str, **kwargs: Any) -> gym.Env:
     """Create an environment by id, returning the env itself (not Gymnasium's wrappers).
 
-    Env-specific options are keyword arguments, e.g. ``make("Sokoban-v0", dim_room=5)``.
-    Use ``gymnasium.make("agentrl/Sokoban-v0")`` for the wrapped (checked, order-enforced) env.
+    Env-specific options are keyword arguments, e.g. ``make("Sokoban-v0", dim_room=5)``; an
+    unknown one raises :class:`EnvKwargsError` naming it. Use
+    ``gymnasium.make("agentrl/Sokoban-v0")`` for the wrapped (checked, order-enforced) env.
     """
     env_id = resolve_id(name)
+    check_kwargs(name, kwargs)
     return gym.make(env_id, disable_env_checker=True, **kwargs).unwrapped
 
 

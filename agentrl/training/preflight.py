@@ -116,7 +116,9 @@ def _env(cfg: TrainConfig) -> list[str]:
 
 
 def _env_error(env_id: str, kwargs: dict, exc: Exception) -> str:
-    msg = _line(exc)
+    if isinstance(exc, envs.registry.EnvKwargsError):
+        return f"env.kwargs: {exc}"
+    msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else _line(exc)  # no repr quotes
     if isinstance(exc, TypeError) and "unexpected keyword argument" in msg:
         bad = msg.split("unexpected keyword argument")[-1].strip(" '\"")
         return f"env.kwargs.{bad} is not an option of {env_id} ({msg})"

@@ -28,7 +28,7 @@ def readme_blocks() -> dict[str, str]:
     text = README.read_text()
     section = text[text.index("## Add your own environment") :]
     section = section[: section.index("\n## ", 5)]
-    blocks = re.findall(r"```(?:python|toml)\n(.*?)```", section, re.S)
+    blocks = re.findall(r"```(?:python|toml|yaml)\n(.*?)```", section, re.S)
     return {b.splitlines()[0].lstrip("# ").strip(): b for b in blocks}
 
 
@@ -40,7 +40,7 @@ def plugin(tmp_path_factory):
     pkg.mkdir()
     (pkg / "guess.py").write_text(blocks["my_envs/guess.py"])
     (pkg / "__init__.py").write_text(blocks["my_envs/__init__.py"])
-    toml = blocks["your pyproject.toml"]
+    toml = blocks["pyproject.toml"]
     group, line = re.search(r'\[project\.entry-points\."([^"]+)"\]\n(.+)', toml).groups()
     dist = root / "my_envs-0.1.dist-info"
     dist.mkdir()
