@@ -14,6 +14,7 @@ the ``cross_checks`` method of the class that holds them.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import re
 from collections.abc import Callable, Iterator
@@ -474,6 +475,48 @@ class LearnerConfig:
             )
 
 
+#: ``trainer.loggers`` values and the module (and extra) each needs.
+LOGGER_EXTRAS = {"tensorboard": ("tensorboard", "train"), "wandb": ("wandb", "wandb"),
+                 "mlflow": ("mlflow", "mlflow")}  # fmt: skip
+
+
+def loggers(v: Any) -> str | None:
+    bad = [x for x in v if x not in LOGGER_EXTRAS]
+    if bad:
+        return (
+            f"unknown logger(s) {', '.join(map(str, bad))}; choose from {', '.join(LOGGER_EXTRAS)}"
+        )
+    missing = [x for x in v if importlib.util.find_spec(LOGGER_EXTRAS[x][0]) is None]
+    if missing:
+        x = missing[0]
+        return f"{x} is not installed: pip install 'agentrl[{LOGGER_EXTRAS[x][1]}]'"
+    return None
+
+
+@dataclass
+class WandbConfig:
+    """Weights & Biases (`trainer.loggers=[wandb]`, extra `wandb`)."""
+
+    project: str = opt("agentrl", "W&B project", nonempty)
+    entity: str | None = opt(None, "W&B entity (team or user; null: your default)")
+    name: str | None = opt(None, "run name (null: the run folder's name)")
+    mode: str = opt(
+        "offline",
+        "offline (no network; `wandb sync <run>/wandb` uploads later), online or disabled",
+        one_of("offline", "online", "disabled"),
+    )
+
+
+@dataclass
+class MLflowConfig:
+    """MLflow (`trainer.loggers=[mlflow]`, extra `mlflow`)."""
+
+    tracking_uri: str | None = opt(
+        None, "tracking URI (null: a file store in <output_dir>/mlruns; e.g. sqlite:///mlflow.db)"
+    )
+    experiment: str = opt("agentrl", "experiment name", nonempty)
+
+
 @dataclass
 class TrainerConfig(LearnerConfig):
     """Group `trainer`: the learner's hyper-parameters and the loop around it."""
@@ -491,7 +534,15 @@ class TrainerConfig(LearnerConfig):
         None, "a run folder or checkpoint file to continue from", optional(nonempty)
     )
     progress: bool = opt(True, "rich progress bar")
-    tensorboard: bool = opt(True, "write TensorBoard events under <output_dir>/tb")
+    loggers: list[str] = opt(
+        help="experiment trackers: tensorboard (<output_dir>/tb), wandb, mlflow ([]: none)",
+        factory=lambda: ["tensorboard"],
+        check=loggers,
+    )
+    wandb: WandbConfig = opt(help="W&B settings (trainer.loggers=[wandb])", factory=WandbConfig)
+    mlflow: MLflowConfig = opt(
+        help="MLflow settings (trainer.loggers=[mlflow])", factory=MLflowConfig
+    )
     plot: bool = opt(True, "training-curve PNG at the end")
 
 

@@ -61,6 +61,7 @@ from .training.runlog import Progress, RunLog, Timer, write_outputs
 from .training.sharded_checkpoint import load_run_checkpoint, save_run_checkpoint
 from .training.summary import RunSummary, summarize_run
 from .training.token_credit import update_inputs
+from .training.trackers import make_trackers
 
 __all__ = ["Parts", "TrainingStopped", "build", "train"]
 
@@ -181,7 +182,10 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
             print(f"resumed from {t.resume} at iteration {start}")
     if main:  # rank 0 writes; the other ranks keep the history only
         OmegaConf.save(OmegaConf.structured(cfg), out / "config.yaml")
-    log = RunLog(out, history, t.tensorboard) if main else DP.RankLog(history)
+    resolved = OmegaConf.to_container(OmegaConf.structured(cfg))
+    settings = {"wandb": asdict(t.wandb), "mlflow": asdict(t.mlflow)}
+    trackers = make_trackers(t.loggers, out, resolved, settings) if main else []
+    log = RunLog(out, history, trackers) if main else DP.RankLog(history)
     progress = Progress(t.progress, t.iterations, start) if main else DP.QuietProgress()
 
     def checkpoint(n: int) -> Path:
@@ -269,6 +273,8 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
             k: v for k, v in summary.flat().items() if isinstance(v, int | float | bool | str)
         }
         log({"iteration": n, "step": n, "phase": "summary", **scalars})
+        if main:  # the trackers get the figures and the final model before they close
+            write_outputs(out, summary, report, initial, history, t.plot, log.trackers)
     except TrainingStopped as exc:
         progress.close()
         log({"phase": "stopped", "reason": str(exc)})
@@ -280,6 +286,4 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
         log.close()
         if owned:
             runner.close()
-    if main:
-        write_outputs(out, summary, report, initial, history, t.plot)
     return summary

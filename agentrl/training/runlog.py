@@ -9,14 +9,15 @@ summary and the training curve.
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .summary import RunSummary, plot_curves, to_markdown, to_rich
+from .trackers import Tracker, close_all
 
 __all__ = ["Progress", "RunLog", "Timer", "write_outputs"]
 
@@ -38,37 +39,26 @@ class Timer:
 
 
 class RunLog:
-    """Append-only metrics rows (``metrics.jsonl`` + TensorBoard); ``history`` holds them all."""
+    """Append-only metrics rows (``metrics.jsonl``, mirrored to the experiment trackers of
+    ``trainer.loggers``); ``history`` holds them all."""
 
-    def __init__(self, out: Path, history: list[dict], tensorboard: bool):
+    def __init__(self, out: Path, history: list[dict], trackers: Sequence[Tracker] = ()):
         self.history = history
+        self.trackers = list(trackers)
         self._file = open(out / "metrics.jsonl", "w")  # noqa: SIM115 (closed in close())
         for row in history:  # a resumed run rewrites what came before
             self._file.write(json.dumps(row) + "\n")
-        self._writer = _tensorboard(out) if tensorboard else None
 
     def __call__(self, row: dict[str, Any]) -> None:
         self.history.append(row)
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()
-        if self._writer is not None:
-            for k, v in row.items():
-                if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
-                    self._writer.add_scalar(k, v, row["iteration"])
+        for tracker in self.trackers:
+            tracker.log_row(row)
 
     def close(self) -> None:
         self._file.close()
-        if self._writer is not None:
-            self._writer.close()
-
-
-def _tensorboard(out: Path):
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        print("warning: tensorboard is not installed; no events are written", file=sys.stderr)
-        return None
-    return SummaryWriter(str(out / "tb"))
+        close_all(self.trackers)
 
 
 class Progress:
@@ -125,8 +115,10 @@ def write_outputs(
     initial: dict | None,
     history: list[dict],
     plot: bool,
+    trackers: Sequence[Tracker] = (),
 ) -> None:
-    """summary.json, summary.md, the printed summary, and (optionally) training_curve.png."""
+    """summary.json, summary.md, the printed summary, (optionally) training_curve.png; then the
+    trackers get the figures, the summary's scalars and the final model's path."""
     record = {"summary": summary.flat(), "final_eval": report.to_dict(), "initial_eval": initial}
     (out / "summary.json").write_text(json.dumps(record, indent=1, default=str))
     (out / "summary.md").write_text(to_markdown(summary) + "\n\n" + report.table("markdown") + "\n")
@@ -138,9 +130,20 @@ def write_outputs(
         console = Console()
         console.print(to_rich(summary))
         report.print(console)
+    figures = []
     if plot:
         try:
             plot_curves(history, out / "training_curve.png", summary)
+            figures.append(out / "training_curve.png")
         except Exception as exc:  # noqa: BLE001 - a plotting problem must not lose a finished run
             print(f"warning: could not draw the training curve: {exc}", file=sys.stderr)
+    final = summary.flat().get("final_model")
+    for tracker in trackers:
+        try:
+            tracker.finish(figures, summary.flat(), Path(final) if final else None)
+        except Exception as exc:  # noqa: BLE001 - a tracker must not lose a finished run
+            print(
+                f"warning: {type(tracker).__name__} could not log the outputs: {exc}",
+                file=sys.stderr,
+            )
     print(f"outputs: {out}")

@@ -436,7 +436,7 @@ def _train(args: list[str], nproc: int = 1, timeout: float = 900) -> subprocess.
         if nproc > 1
         else [sys.executable]
     )
-    quiet = ["trainer.progress=false", "trainer.tensorboard=false", "trainer.plot=false"]
+    quiet = ["trainer.progress=false", "trainer.loggers=[]", "trainer.plot=false"]
     for _attempt in range(2 if nproc > 1 else 1):
         proc = subprocess.run(
             [*launcher, "-m", "agentrl.train", *args, *quiet],

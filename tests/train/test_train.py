@@ -97,7 +97,7 @@ def test_smoke_per_credit_module(tmp_path, name, monkeypatch):
 
 
 def test_outputs_of_a_run(tmp_path):
-    _run(tmp_path, "trainer.tensorboard=true", "trainer.plot=true", "trainer.eval_every=1")
+    _run(tmp_path, "trainer.loggers=[tensorboard]", "trainer.plot=true", "trainer.eval_every=1")
     names = {p.name for p in tmp_path.iterdir()}
     assert {
         "metrics.jsonl",
