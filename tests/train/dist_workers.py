@@ -514,7 +514,7 @@ def hiper_update(tiny_path: str, rk: int, world: int, sharded: bool) -> dict[str
     masks = [rng.random(len(s.response_ids)) < 0.7 for s in seqs]
     mine = [seqs[r] for r in local_rows(rk, world)]
     rows = [s.step_row for s in mine]
-    values = learner.hiper_values(mine, [pos[r] for r in rows])
+    values = learner.head_values(mine, [pos[r] for r in rows])
     metrics = learner.update(
         mine,
         adv,
