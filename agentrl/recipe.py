@@ -7,11 +7,18 @@
    seed (a group starts from one state); only live envs are prompted; exact token ids and
    sampling log-probs are kept;
 2. **step batch**: one row per agent step, plus what the credit module declares it needs
-   (critic values, hidden-state embeddings; :func:`agentrl.credit.needs`);
+   (critic values, hidden-state embeddings; :func:`agentrl.credit.needs`) and what its trainer
+   hooks prepare (:mod:`agentrl.methods`: a method's own critic heads, its response spans);
 3. **credit**: per-step advantages, ``credit.compute(batch, name, **options)``;
 4. **token advantages + PPO epochs**: each step's advantage lands on exactly its response tokens
-   (``credit.step_to_tokens``) inside the learner's PPO epochs; the engine gets the new weights;
+   (``credit.step_to_tokens``; or where the method's hooks or a token shaper put it) inside the
+   learner's PPO epochs; the engine gets the new weights;
 5. **log / evaluate / checkpoint**.
+
+What a credit module asks of the trainer (its action format and prompt hint, its critic's outputs,
+its step hooks) comes from the hook registry, :func:`agentrl.methods.trainer_hooks`; the runner
+(rollouts and held-out evaluation alike) from :func:`agentrl.methods.build_runner`. This page
+names no method.
 
 Under ``torchrun`` (docs/distributed.md) each rank plays its share of the task groups with its own
 pool and engine (an unsharded copy of the policy), the step batches are gathered into the global
@@ -42,13 +49,12 @@ from .learner import Learner
 from .learner.fsdp import FSDPLearner
 from .learner.schedule import LRSchedule
 from .learner.weights import policy_state_dict
+from .methods import TrainerHooks, build_runner, trainer_hooks
 from .models import apply_lora, load_model
 from .pool import EnvSpec, backend_options, make_pool
-from .rollout import ActionFormat, PromptBuilder, PromptConfig, RolloutStats
-from .rollout.runner import EpisodeRunner, RunnerSettings, chunk_seed, eval_seed
-from .rollout.spans import HiperFormat
+from .rollout import RolloutStats
+from .rollout.runner import EpisodeRunner, chunk_seed, eval_seed
 from .training import data_parallel as DP
-from .training import hiper_steps
 from .training.checkpoint import (
     checkpoint_dir,
     find_checkpoint,
@@ -65,8 +71,6 @@ from .training.trackers import make_trackers
 
 __all__ = ["Parts", "TrainingStopped", "build", "train"]
 
-HIPER_HINT = "Answer with the switch, subgoal and action blocks described after the observation."
-
 
 class TrainingStopped(RuntimeError):
     """Training stopped early (non-finite loss or advantages); the last good checkpoint is kept."""
@@ -82,7 +86,7 @@ class Parts:
     backend: Any
     runner: EpisodeRunner
     options: dict[str, Any]  # the credit module's options
-    needs: frozenset[str]  # the step-batch inputs it declares
+    hooks: TrainerHooks  # what it asks of the trainer (the step-batch inputs it declares included)
     held_out: list  # the fixed held-out tasks (reset specs)
     train_ids: list[str] | None  # the training split's task ids (None: tasks drawn by seed)
     engine_model: Any = None  # the engine's copy of the policy under torchrun (None: the policy)
@@ -108,11 +112,10 @@ def build(cfg: TrainConfig) -> Parts:
         model = apply_lora(model, r=lo.r, alpha=lo.alpha, dropout=lo.dropout,
                            target_modules=lo.target_modules)  # fmt: skip
     options = credit_options(cfg)
-    needs = credit.needs(cfg.credit.name, **options)
+    hooks = trainer_hooks(cfg.credit.name, credit.needs(cfg.credit.name, **options),
+                          cfg.credit.token)  # fmt: skip
     engine_model = None
-    kw = dict(value_head="value" in needs, temperature=r.temperature,
-              value_outputs=3 if "value_high" in needs else 1,
-              keep_reference=cfg.credit.token == "progress",
+    kw = dict(temperature=r.temperature, **hooks.learner_options(),  # critic heads, reference
               lr_schedule=LRSchedule(t.lr_schedule, t.lr_warmup, t.iterations, t.lr_min_ratio))  # fmt: skip
     if dist.distributed:  # the engine samples from an unsharded copy; the learner's is sharded
         engine_model = DP.rollout_replica(model)
@@ -125,24 +128,12 @@ def build(cfg: TrainConfig) -> Parts:
     pool = make_pool([EnvSpec(e.id, dict(e.kwargs))] * (n_groups * r.group_size),
                      num_workers=e.num_workers, step_timeout=e.step_timeout,
                      **backend_options(e))  # fmt: skip
-    fmt, prompt = ActionFormat(**asdict(r.action)), asdict(r.prompt)
-    if cfg.credit.name == "hiper":  # switch/subgoal/action spans; the subgoal block in the prompt
-        a = asdict(r.action)
-        fmt = HiperFormat(**{k: a[k] for k in ("think", "require_think", "max_action_chars")})
-        prompt["response_hint"] = HIPER_HINT
-    runner = EpisodeRunner(
-        pool,
-        backend,
-        PromptBuilder(tok, PromptConfig(**prompt)),
-        fmt,
-        tok,
-        RunnerSettings(e.max_steps, r.max_new_tokens, r.top_p, r.top_k, r.constrained),
-    )
+    runner = build_runner(cfg, pool, backend, tok)  # the prompt and the method's action format
     held_out = held_out_resets(cfg, pool)
     train_ids = (
         None if e.train_tasks == "seeds" else pool.call([0], "task_ids", e.train_tasks, None)[0]
     )
-    return Parts(model, tok, learner, backend, runner, options, needs, held_out, train_ids,
+    return Parts(model, tok, learner, backend, runner, options, hooks, held_out, train_ids,
                  engine_model)  # fmt: skip
 
 
@@ -155,7 +146,7 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
     out.mkdir(parents=True, exist_ok=True)
     owned, p = parts is None, parts or build(cfg)
     model, tok, learner, backend, runner = p.model, p.tokenizer, p.learner, p.backend, p.runner
-    options, needs, held_out, train_ids = p.options, p.needs, p.held_out, p.train_ids
+    options, hooks, held_out, train_ids = p.options, p.hooks, p.held_out, p.train_ids
 
     def evaluate(label: str):
         """Greedy (``rollout.eval_temperature``) episodes on the fixed held-out tasks."""
@@ -212,21 +203,21 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
                 eps, roll_metrics = play_iteration(cfg, it, train_ids, runner, stats)
             with Timer() as t_credit:  # 2. step batch (+ declared inputs)  3. credit
                 values, embeddings = features(
-                    learner, model, eps, needs, cfg.credit.embedding_layer
+                    learner, model, eps, hooks.prompt_features, cfg.credit.embedding_layer
                 )
                 # torchrun: every rank's rows gathered into the single-process batch; this
                 # rank's sequences point at their global rows
                 batch, seqs, _ = DP.global_step_batch(eps, values=values, embeddings=embeddings)
-                spans = None
-                if isinstance(runner.fmt, HiperFormat):  # HiPER: three-head critic, spans
-                    batch, spans = hiper_steps.prepare(learner, tok, runner.fmt, batch, seqs)
+                # the method's own step-batch preparation (its critic heads, its spans), if any
+                batch, prepared = hooks.prepare(learner, tok, runner.fmt, batch, seqs)
                 try:
                     res = credit.compute(batch, cfg.credit.name, **options)
                 except FloatingPointError as exc:
                     raise TrainingStopped(f"iteration {it}: {exc}") from exc
             with Timer() as t_upd:  # 4. token advantages + PPO epochs, then the engine's weights
-                try:  # value targets; token shaper (credit.token) advantages
-                    kw, tok_metrics = update_inputs(cfg, learner, tok, eps, batch, seqs, res, spans)
+                try:  # value targets; the method's update inputs or token shaper (credit.token)
+                    kw, tok_metrics = update_inputs(cfg, learner, tok, eps, batch, seqs, res,
+                                                    hooks, prepared)  # fmt: skip
                     upd = learner.update(seqs, res.advantages, seed=chunk_seed(cfg.seed, it, 3),
                                          **kw)  # fmt: skip
                 except FloatingPointError as exc:  # NonFiniteError included

@@ -12,20 +12,46 @@ registered by name; see ``docs/credit.md`` for the table of methods, the inputs 
 their defaults.
 """
 
-from . import bipace, compose, gae, gagpo, gigpo, graphgpo, grpo, hgpo, milestone, rloo, salt, turn  # noqa: F401  (registers the modules)
-from . import hiper as _hiper
+from . import (  # noqa: F401  (registers the modules)
+    bipace,
+    compose,
+    gae,
+    gagpo,
+    gigpo,
+    graphgpo,
+    grpo,
+    hgpo,
+    hiper,
+    milestone,
+    rloo,
+    salt,
+    turn,
+)
 from .batch import StepBatch, StepBatchError, factorize
-from .registry import CreditResult, available, compute, get, needs, options, register
+from .registry import (
+    CreditResult,
+    TrainerAsks,
+    UnknownOptionError,
+    asks,
+    available,
+    check_option_names,
+    compute,
+    get,
+    needs,
+    options,
+    register,
+)
 from .tokens import response_token_step, step_to_tokens
-
-# HiPER's HAE: the trainer supplies its inputs with credit=hiper (three-head critic, spans).
-register("hiper", needs=_hiper.needs)(_hiper.hiper)
 
 __all__ = [
     "CreditResult",
     "StepBatch",
     "StepBatchError",
+    "TrainerAsks",
+    "UnknownOptionError",
+    "asks",
     "available",
+    "check_option_names",
     "compute",
     "factorize",
     "get",

@@ -41,8 +41,10 @@ Inputs: ``value`` (V_low), extras ``switch`` (bool: this turn starts a new segme
 the response has no subgoal span; needed when ``keep_consistency_penalty != 0``) and
 ``switch_span`` (bool: the response has a switch span; default all True).
 
-Registration: ``credit/__init__.py`` registers it as ``hiper`` (``register("hiper", needs=needs)``)
-once the trainer supplies its inputs; until then call :func:`hiper` directly.
+Registration: ``register("hiper", needs=needs, asks=ASKS)`` below. :data:`ASKS` names what HAE asks
+of the trainer: the ``hiper`` action format (its prompt hint included), a three-output critic and
+the ``hiper`` step hooks (the three values before credit, the span routing in the update); the
+trainer's module ``agentrl/methods/hiper.py`` registers the code behind those names.
 
 Defaults are those of the authors' ALFWorld script (``example_scripts/HiPER_trainer/run_alfworld.sh``
 of github.com/JonP07/HiPER-agent, with verl's ``algorithm.gamma = lam = 1.0``): gamma 1.0,
@@ -72,9 +74,12 @@ import numpy as np
 from .batch import StepBatch, StepBatchError, factorize
 from .diagnostics import episode_diagnostics
 from .ops import check_choice
-from .registry import CreditResult
+from .registry import CreditResult, TrainerAsks, register
 
-__all__ = ["hiper", "needs", "reverse_scan"]
+__all__ = ["ASKS", "hiper", "needs", "reverse_scan"]
+
+#: What HAE asks of the trainer, by name (``agentrl/methods/hiper.py`` implements the names).
+ASKS = TrainerAsks(action_format="hiper", value_outputs=3, steps="hiper")
 
 HOW_VALUE = (
     "HiPER needs a critic: run the learner with the HiPER value heads and fill "
@@ -197,6 +202,7 @@ def shaped_reward(
     return r
 
 
+@register("hiper", needs=needs, asks=ASKS)
 def hiper(
     batch: StepBatch,
     *,

@@ -3,16 +3,21 @@
 A credit module is a function ``fn(batch: StepBatch, **hyper_parameters) -> CreditResult``,
 registered by name with :func:`register`, which also declares the optional step-batch inputs the
 module reads (``needs``: ``"value"``, ``"embedding"``, ``"observation"``, ``"next_state_key"``,
-``"turn_reward"``, ...; a set, or a function of the options when they decide it). The trainer and
-the fidelity lab ask :func:`needs` which inputs to supply. :func:`compute` checks the option names
-against the function's signature (an unknown option is an error listing the valid ones) and the
-result for finiteness, so every module gets the same guard rails.
+``"turn_reward"``, ...; a set, or a function of the options when they decide it) and what it asks
+of the trainer beyond those columns (``asks``: a :class:`TrainerAsks` of names and numbers, such
+as its action format and critic outputs). The trainer and the fidelity lab ask :func:`needs`
+which inputs to supply; the trainer asks :func:`asks` what else to do, and maps the names to its
+own implementations (``agentrl.methods``), so this library never imports the trainer.
+:func:`check_option_names` is the one check of option names (against the function's signature;
+an unknown option is an error listing the valid ones): :func:`compute` runs it, and so do the
+trainer's checks before any work. :func:`compute` also checks the result for finiteness, so every
+module gets the same guard rails.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +26,19 @@ import numpy as np
 from .batch import StepBatch
 from .checks import check_options
 
-__all__ = ["CreditResult", "available", "compute", "get", "needs", "options", "register"]
+__all__ = [
+    "CreditResult",
+    "TrainerAsks",
+    "UnknownOptionError",
+    "asks",
+    "available",
+    "check_option_names",
+    "compute",
+    "get",
+    "needs",
+    "options",
+    "register",
+]
 
 
 @dataclass(frozen=True)
@@ -38,24 +55,67 @@ class CreditResult:
     components: dict[str, np.ndarray] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class TrainerAsks:
+    """What a credit module asks of the trainer beyond step-batch columns, declared by name.
+
+    The names are keys of the trainer's hook registry (``agentrl.methods``), which holds the code
+    (the action format class, the step preparation); this library only names them.
+
+    - ``action_format``: the action format the policy's responses must be written in, with its
+      prompt hint (``None``: the run's configured format, ``rollout.action``);
+    - ``value_outputs``: outputs of the critic's value head, for a module that needs ``value``
+      (1: one value per step; a hierarchical critic asks for more);
+    - ``steps``: the trainer-side step hooks: a step-batch preparation before credit (e.g. the
+      critic values the module reads) and extra inputs of the update (e.g. per-token advantages
+      routed to spans); ``None``: none.
+    """
+
+    action_format: str | None = None
+    value_outputs: int = 1
+    steps: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.value_outputs < 1:
+            raise ValueError(f"value_outputs must be >= 1, got {self.value_outputs}")
+
+
+class UnknownOptionError(TypeError):
+    """Options a credit module does not take: ``unknown``, and the ones it does take, ``valid``."""
+
+    def __init__(self, module: str, unknown: list[str], valid: list[str]):
+        self.module, self.unknown, self.valid = module, unknown, valid
+        super().__init__(
+            f"unknown option(s) {', '.join(map(repr, unknown))} for credit module {module!r}; "
+            f"valid: {', '.join(valid) or '(none)'}"
+        )
+
+
 CreditFn = Callable[..., CreditResult]
 Needs = Iterable[str] | Callable[[dict[str, Any]], Iterable[str]]
 _MODULES: dict[str, CreditFn] = {}
 _NEEDS: dict[str, Needs] = {}
+_ASKS: dict[str, TrainerAsks] = {}
 
 
-def register(name: str, needs: Needs = ()) -> Callable[[CreditFn], CreditFn]:
+def register(
+    name: str, needs: Needs = (), asks: TrainerAsks | None = None
+) -> Callable[[CreditFn], CreditFn]:
     """Decorator registering a credit module under ``name``.
 
     ``needs``: the optional step-batch inputs the module reads (beyond the required columns), or a
-    function of the module's options (defaults filled in) that returns them.
+    function of the module's options (defaults filled in) that returns them. ``asks``: what it
+    asks of the trainer beyond those inputs (default: nothing, :class:`TrainerAsks`).
     """
+    if asks is not None and not isinstance(asks, TrainerAsks):
+        raise TypeError(f"asks of credit module {name!r} must be a TrainerAsks, got {asks!r}")
 
     def deco(fn: CreditFn) -> CreditFn:
         if name in _MODULES and _MODULES[name] is not fn:
             raise ValueError(f"credit module {name!r} is already registered")
         _MODULES[name] = fn
         _NEEDS[name] = needs if callable(needs) else frozenset(needs)
+        _ASKS[name] = asks or TrainerAsks()
         return fn
 
     return deco
@@ -72,6 +132,12 @@ def needs(name: str, **opts: Any) -> frozenset[str]:
     if callable(declared):
         return frozenset(declared({**options(name), **opts}))
     return declared
+
+
+def asks(name: str) -> TrainerAsks:
+    """What module ``name`` asks of the trainer (nothing: ``TrainerAsks()``)."""
+    get(name)  # an unknown name is an error listing the valid ones
+    return _ASKS.get(name, TrainerAsks())
 
 
 def available() -> list[str]:
@@ -94,18 +160,20 @@ def options(name: str) -> dict[str, Any]:
     }
 
 
+def check_option_names(name: str, opts: Mapping[str, Any]) -> None:
+    """Raise :class:`UnknownOptionError` when ``opts`` names an option module ``name`` lacks."""
+    valid = options(name)
+    unknown = sorted(set(opts) - set(valid))
+    if unknown:
+        raise UnknownOptionError(name, unknown, list(valid))
+
+
 def compute(batch: StepBatch, method: str, **hparams: Any) -> CreditResult:
     """Run credit module ``method`` on ``batch`` with the given hyper-parameters."""
     if not isinstance(batch, StepBatch):
         raise TypeError(f"credit.compute needs a credit.StepBatch, got {type(batch).__name__}")
     fn = get(method)
-    valid = options(method)
-    unknown = sorted(set(hparams) - set(valid))
-    if unknown:
-        raise TypeError(
-            f"unknown option(s) {', '.join(map(repr, unknown))} for credit module {method!r}; "
-            f"valid: {', '.join(valid) or '(none)'}"
-        )
+    check_option_names(method, hparams)
     check_options(method, hparams)  # declared ranges (credit/checks.py), before any work
     result = fn(batch, **hparams)
     adv = np.asarray(result.advantages)

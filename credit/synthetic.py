@@ -16,7 +16,7 @@ import numpy as np
 
 from .batch import StepBatch
 
-__all__ = ["random_batch", "with_hiper_columns"]
+__all__ = ["random_batch"]
 
 
 def random_batch(
@@ -122,26 +122,3 @@ def random_batch(
             "turn_reward": c["valid"].astype(np.float64),
         },
     )
-
-
-def with_hiper_columns(batch: StepBatch, switch_rate: float = 0.3, seed: int = 0) -> StepBatch:
-    """``batch`` plus what ``credit=hiper`` reads: per step a random ``switch`` decision, a
-    ``subgoal`` text (a new one on each switch, ``None`` on invalid steps), ``switch_span`` and
-    the critic's ``value_high`` / ``value_term`` (noise)."""
-    import dataclasses
-
-    rng = np.random.default_rng(seed)
-    n = len(batch)
-    switch = rng.random(n) < switch_rate
-    seg = np.cumsum(switch | (batch.t == 0))
-    subgoal = np.empty(n, dtype=object)
-    subgoal[:] = [f"subgoal {k}" if v else None for k, v in zip(seg, batch.valid)]
-    extras = {
-        **batch.extras,
-        "switch": switch,
-        "subgoal": subgoal,
-        "switch_span": batch.valid.copy(),
-        "value_high": rng.normal(0.0, 1.0, size=n),
-        "value_term": rng.normal(0.0, 1.0, size=n),
-    }
-    return dataclasses.replace(batch, extras=extras)

@@ -87,7 +87,7 @@ def main() -> None:
     finally:
         parts.runner.close()
     values, embs = features(
-        parts.learner, parts.model, eps, parts.needs, cfg.credit.embedding_layer
+        parts.learner, parts.model, eps, parts.hooks.prompt_features, cfg.credit.embedding_layer
     )
     batch, seqs = to_step_batch(eps, values=values, embeddings=embs)
     res = credit.compute(batch, cfg.credit.name, **credit_options(cfg))
@@ -106,7 +106,7 @@ def main() -> None:
             learner.load_state_dict(copy.deepcopy(start))
             cfg.credit.token = v
             c0, w0 = time.process_time(), time.perf_counter()
-            kw, _ = update_inputs(cfg, learner, parts.tokenizer, eps, batch, seqs, res)
+            kw, _ = update_inputs(cfg, learner, parts.tokenizer, eps, batch, seqs, res, parts.hooks)
             learner.update(seqs, res.advantages, seed=3, **kw)
             if rep:
                 cpu[v].append(time.process_time() - c0)

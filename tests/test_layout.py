@@ -3,7 +3,7 @@
 - no import cycle between agentrl's modules;
 - ``envs/`` and ``credit/`` import nothing else from agentrl (tests/test_packaging.py checks
   that too, and credit's independence from torch);
-- the shared services (pool, rollout, learner, backends, models, evaluation, config,
+- the shared services (pool, rollout, learner, backends, models, methods, evaluation, config,
   distributed) never import what only the recipe uses (``agentrl.training``) nor the entry
   points (``recipe``, ``train``, ``evaluate``, ``plot``);
 - a project module is imported inside a function only where the import needs an optional
@@ -37,6 +37,7 @@ SERVICES = (
     "learner",
     "backends",
     "models",
+    "methods",
     "evaluation",
     "config",
     "distributed",

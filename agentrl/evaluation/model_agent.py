@@ -11,11 +11,13 @@ evaluates it: with ``seed`` and ``num_envs`` equal to the run's ``seed`` and poo
 - a training run folder (with ``config.yaml`` and ``checkpoints/final``), or its
   ``checkpoints/final``: the model is that folder, and the prompt, action format, token limits,
   constrained decoding and backend settings are the run's own (``rollout`` and ``model`` of its
-  ``config.yaml``);
+  ``config.yaml``), and so is the credit module (``credit.name``), whose action format and
+  prompt hint the runner plays with, as in training (:func:`agentrl.methods.build_runner`);
 - ``tiny`` / ``smollm2-135m`` (the built-in models, settings from ``configs/model/<name>.yaml``)
   or any local Hugging Face folder (settings from ``configs/model/path.yaml``).
 
-Keys of ``agent.prompt`` / ``agent.action`` / ``agent.backend_options`` override those settings.
+Keys of ``agent.prompt`` / ``agent.action`` / ``agent.backend_options`` override those settings,
+and ``agent.credit`` the credit module whose action format the model writes.
 Sampling is greedy by default; with ``temperature > 0`` the chunk starting at task ``start``
 samples with ``chunk_seed(eval_seed(seed), start)`` (the trainer's held-out evaluation rule; the
 backend seeds request ``i`` from it), so a rerun with the same ``num_envs`` is identical.
@@ -34,11 +36,11 @@ from omegaconf import OmegaConf
 from transformers import AutoTokenizer
 
 from ..backends import make_backend
-from ..config import load_config
+from ..config import ConfigError, TrainConfig, load_config
+from ..methods import build_runner, format_hook
 from ..models import load_model, resolve_model_path
-from ..pool import EnvSpec, make_pool
-from ..rollout import ActionFormat, PromptBuilder, PromptConfig
-from ..rollout.runner import EpisodeRunner, RunnerSettings, eval_seed
+from ..pool import EnvPool, EnvSpec, make_pool
+from ..rollout.runner import EpisodeRunner, eval_seed
 from .records import EpisodeRecord, record_from_rollout
 from .runner import EvaluationError, _progress
 from .tasks import EvalTask, eval_resets
@@ -77,9 +79,28 @@ class ModelSettings:
     device: str = "auto"
     tiny: dict[str, Any] | None = None
     backend_options: dict[str, Any] = field(default_factory=dict)
+    credit: str = "gigpo"  # the credit module the model was trained with (its action format)
+    action_format: str = "default"  # the format that module asks for (resolved, for the record)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()}
+
+    def runner_config(self) -> TrainConfig:
+        """These settings as the typed config :func:`agentrl.methods.build_runner` reads: the
+        rollout's prompt, action settings, token cap, sampling truncation and constrained
+        decoding, and the credit module whose action format the runner plays."""
+        rollout = {
+            "prompt": self.prompt,
+            "action": self.action,
+            "max_new_tokens": self.max_new_tokens,
+            "constrained": self.constrained,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+        }
+        try:
+            return load_config({"credit": {"name": self.credit}, "rollout": rollout})
+        except ConfigError as exc:  # the keys are rollout's; the values came from here
+            raise ValueError(f"agent=model settings ({self.source}): {exc}") from None
 
 
 def _preset_config(preset: str, name: str):
@@ -121,6 +142,7 @@ def resolve_model_settings(agent_cfg: Mapping[str, Any]) -> ModelSettings:
         try:
             rollout = OmegaConf.to_container(run_cfg.rollout, resolve=True)
             model = OmegaConf.to_container(run_cfg.model, resolve=True)
+            credit_name = str(OmegaConf.select(run_cfg, "credit.name", default="gigpo"))
         except Exception as exc:
             raise ValueError(
                 f"{run / 'config.yaml'}: cannot read its rollout/model settings ({exc})"
@@ -135,6 +157,7 @@ def resolve_model_settings(agent_cfg: Mapping[str, Any]) -> ModelSettings:
             constrained=bool(rollout.get("constrained", False)),
             dtype=str(model.get("dtype", "float32")),
             backend_options={k: v for k, v in rollout.items() if k not in ("prompt", "action")},
+            credit=credit_name,
         )
     else:
         name = str(raw)
@@ -177,9 +200,14 @@ def resolve_model_settings(agent_cfg: Mapping[str, Any]) -> ModelSettings:
         "top_k",
         "dtype",
         "device",
+        "credit",
     ):
         if agent_cfg.get(key) is not None:
             setattr(s, key, type(getattr(s, key))(agent_cfg[key]))
+    try:
+        s.action_format = format_hook(s.credit)[0]
+    except KeyError as exc:  # an unknown credit module (or a format no trainer module registers)
+        raise ValueError(f"agent.credit={s.credit!r}: {exc.args[0]}") from None
     return s
 
 
@@ -191,6 +219,7 @@ class ModelAgent:
 
     def __init__(self, settings: ModelSettings, seed: int = 0):
         self.settings, self.seed = settings, int(seed)
+        self.config = settings.runner_config()  # checked before the model loads
         device = settings.device
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -208,8 +237,6 @@ class ModelAgent:
         self.backend = make_backend(
             settings.backend_options, model, tok, model_path=path, seed=self.seed
         )
-        self.builder = PromptBuilder(tok, PromptConfig(**settings.prompt))
-        self.fmt = ActionFormat(**settings.action)
 
     @classmethod
     def from_config(cls, agent_cfg: Any, cfg: Any = None) -> ModelAgent:
@@ -220,6 +247,10 @@ class ModelAgent:
         )
         seed = int(cfg.seed) if cfg is not None and "seed" in cfg else 0
         return cls(resolve_model_settings(c), seed=seed)
+
+    def runner(self, pool: EnvPool, max_steps: int) -> EpisodeRunner:
+        """The episode runner on ``pool``: built as training builds its own (same builder)."""
+        return build_runner(self.config, pool, self.backend, self.tokenizer, max_steps=max_steps)
 
     def run(
         self,
@@ -251,20 +282,7 @@ class ModelAgent:
             step_timeout=step_timeout,
             **dict(pool_options or {}),
         )
-        runner = EpisodeRunner(
-            pool,
-            self.backend,
-            self.builder,
-            self.fmt,
-            self.tokenizer,
-            RunnerSettings(
-                max_steps=int(max_steps),
-                max_new_tokens=s.max_new_tokens,
-                top_p=s.top_p,
-                top_k=s.top_k,
-                constrained=s.constrained,
-            ),
-        )
+        runner = self.runner(pool, int(max_steps))
         bar, bar_task = _progress(len(tasks), progress, f"model on {env}")
         records: list[EpisodeRecord] = []
 

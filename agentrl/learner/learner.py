@@ -258,12 +258,12 @@ class Learner:
         return out
 
     @torch.no_grad()
-    def hiper_values(self, seqs: Sequence[StepSequence], low_pos: Sequence[int]) -> np.ndarray:
-        """(N, 3) critic values of HiPER's three heads: V_low at response position
+    def head_values(self, seqs: Sequence[StepSequence], low_pos: Sequence[int]) -> np.ndarray:
+        """(N, 3) values of a three-output value head: output 0 at response position
         ``low_pos[i]`` (the value of the state before that token; 0: the last prompt token),
-        V_high and V_term at the last prompt token."""
+        outputs 1 and 2 at the last prompt token."""
         if self.value_head is None or self.value_head.out_features != 3:
-            raise ValueError("HiPER values need Learner(value_head=True, value_outputs=3)")
+            raise ValueError("head_values needs Learner(value_head=True, value_outputs=3)")
         vals = np.zeros((len(seqs), 3), np.float32)
         pos = [int(p) for p in low_pos] + [0]  # [0]: a sharded learner's dummy sequence
         was = self.model.training

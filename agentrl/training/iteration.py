@@ -140,9 +140,10 @@ def features(
     learner: Learner, model: Any, eps: list[EpisodeResult], needs: frozenset[str], layer: int
 ) -> tuple[np.ndarray | None, np.ndarray | None]:
     """Critic values and hidden-state embeddings at each step's last prompt token, computed only
-    when the credit module declares it needs them (``value``, ``embedding``)."""
-    if not needs & {"value", "embedding"} or "value_high" in needs:
-        return None, None  # HiPER's three values come from agentrl.training.hiper_steps.prepare
+    when ``needs`` names them (``value``, ``embedding``: what the credit module reads and no step
+    hook supplies, :attr:`agentrl.methods.TrainerHooks.prompt_features`)."""
+    if not needs & {"value", "embedding"}:
+        return None, None
     depth = _num_hidden_states(model)
     layer = max(layer, -depth + 1) if layer < 0 else min(layer, depth - 1)
     prompts = [s.prompt_ids for ep in eps for s in ep.steps]

@@ -16,18 +16,13 @@ from pathlib import Path
 from .. import credit, envs
 from ..config import ConfigError, TrainConfig
 from ..credit import token_shapers
-from ..credit.synthetic import random_batch, with_hiper_columns
+from ..credit.synthetic import random_batch
+from ..methods import trainer_hooks
 from .checkpoint import CheckpointError, find_checkpoint
 from .iteration import credit_options
 
-__all__ = ["SUPPLIED_INPUTS", "preflight"]
+__all__ = ["BUILTIN_MODELS", "preflight"]
 
-#: Optional step-batch inputs the trainer can supply to a credit module that declares them.
-SUPPLIED_INPUTS = frozenset(
-    {"value", "embedding", "observation", "next_state_key"}
-    # credit=hiper: the HiPER action format and three-head critic (agentrl.training.hiper_steps)
-    | {"switch", "subgoal", "switch_span", "value_high", "value_term"}
-)
 BUILTIN_MODELS = ("tiny", "smollm2-135m", "smollm2-135m-instruct")
 
 
@@ -44,27 +39,29 @@ def _credit(cfg: TrainConfig) -> list[str]:
         return [
             f"credit.name {name!r} is not a credit module (available: {', '.join(credit.available())})"
         ]
-    valid = credit.options(name)
-    unknown = sorted(set(cfg.credit.options) - set(valid))
-    if unknown:
+    try:
+        credit.check_option_names(name, cfg.credit.options)
+    except credit.UnknownOptionError as exc:
         return [
-            f"credit.options.{k} is not an option of credit module {name!r} (valid: {', '.join(valid) or 'none'})"
-            for k in unknown
+            f"credit.options.{k} is not an option of credit module {name!r} (valid: {', '.join(exc.valid) or 'none'})"
+            for k in exc.unknown
         ]
     try:
         wanted = credit.needs(name, **cfg.credit.options)
+        hooks = trainer_hooks(name, wanted, cfg.credit.token)
     except Exception as exc:  # noqa: BLE001 - a malformed option (e.g. compose terms) ends here
         return [f"credit.options: {exc}"]
-    missing = sorted(wanted - SUPPLIED_INPUTS)
+    supplied = hooks.supplies
+    missing = sorted(wanted - supplied)
     if missing:
         return [
             f"credit.name {name!r} with these options needs step-batch input(s) {', '.join(missing)}, "
-            f"which the trainer cannot supply (it supplies {', '.join(sorted(SUPPLIED_INPUTS))})"
+            f"which the trainer cannot supply (it supplies {', '.join(sorted(supplied))})"
         ]
     if cfg.credit.token is not None:
-        if name == "hiper":
-            return ["credit.token: HiPER routes its three advantages to spans; a token shaper "
-                    "cannot reshape them (set credit.token=null)"]  # fmt: skip
+        if hooks.steps is not None and hooks.steps.sets_token_advantages:
+            return [f"credit.token: credit module {name!r} puts its own advantages on the tokens "
+                    "(its step hooks); a token shaper cannot reshape them (set credit.token=null)"]  # fmt: skip
         valid_t = token_shapers.options(cfg.credit.token)
         bad = sorted(set(cfg.credit.token_options) - set(valid_t))
         if bad:
@@ -73,13 +70,11 @@ def _credit(cfg: TrainConfig) -> list[str]:
                 f"(valid: {', '.join(valid_t)})"
                 for k in bad
             ]
-    # A dry run on a small synthetic batch: the module's own option checks answer now, not after
-    # the first rollout.
+    # A dry run on a small synthetic batch (with what the method's hooks would supply): the
+    # module's own option checks answer now, not after the first rollout.
     try:
         batch = random_batch(n_groups=2, group_size=4, max_len=6, embedding_dim=8, seed=0)
-        if "switch" in wanted:
-            batch = with_hiper_columns(batch)
-        credit.compute(batch, name, **credit_options(cfg))
+        credit.compute(hooks.example(batch), name, **credit_options(cfg))
     except Exception as exc:  # noqa: BLE001 - every rejected option ends the same way
         msg = _line(exc)
         named = re.search(r"option '(\w+)'", msg)

@@ -7,7 +7,9 @@ shaper declares (``token_shapers.needs``) come from the learner's no-grad pass u
 that sampled the rollout (entropy, self-certainty, the chosen token's logit), the reference policy
 (``ref_logprob``), the rollout itself (``logprob``, ``token_id``), or StepOPSD's hindsight teacher
 pass (:func:`hindsight_sequences`: the same model rescoring the step's tokens with the step's
-outcome added to its prompt). HiPER's span routing is :mod:`agentrl.training.hiper_steps`.
+outcome added to its prompt). A credit method's own update inputs (its step hooks,
+:mod:`agentrl.methods`) come first; a token shaper reshapes the step advantages only where they
+set no token advantages.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from .. import distributed as D
 from ..config import TrainConfig
 from ..credit import StepBatch, token_shapers
 from ..learner import Learner, StepSequence
+from ..methods import TrainerHooks
 from ..rollout import EpisodeResult
-from .hiper_steps import SpanLayout, update_kwargs
 
 __all__ = ["hindsight_sequences", "shaped_token_advantages", "update_inputs"]
 
@@ -129,22 +131,23 @@ def update_inputs(
     batch: StepBatch,
     seqs: list[StepSequence],
     res: Any,
-    spans: SpanLayout | None = None,
+    hooks: TrainerHooks,
+    prepared: Any = None,
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """The learner's keyword arguments for this update (value targets, token advantages) and the
-    metrics of the token-level credit; ``spans``: HiPER's routing (:mod:`agentrl.training.hiper_steps`)."""
+    metrics of the token-level credit. ``hooks``: the run's trainer hooks, whose step hooks add
+    their update inputs (from ``prepared``, what their preparation returned)."""
     values = batch.value
     returns = res.components.get("returns") if values is not None else None
     if values is not None and returns is None:
         returns = res.advantages.astype(np.float64) + values
     kw: dict[str, Any] = {"returns": returns, "old_values": values}
     metrics: dict[str, float] = {}
-    if spans is not None:
-        kw.update(update_kwargs(res, spans, batch, seqs))
-        kept = np.concatenate(kw["loss_masks"]) if seqs else np.zeros(0, bool)
-        local = {"credit/span_token_fraction": float(kept.mean()) if len(kept) else 0.0}
-        metrics.update(D.reduce_metrics(local, weight=len(kept)))  # torchrun: over all ranks
-    elif cfg.credit.token is not None:
+    if hooks.steps is not None:
+        extra, own = hooks.steps.update_inputs(res, prepared, batch, seqs)
+        kw.update(extra)
+        metrics.update(own)
+    if cfg.credit.token is not None and "token_advantages" not in kw:
         tok = shaped_token_advantages(
             cfg, learner, tokenizer, episodes, batch, seqs, res.advantages
         )

@@ -9,8 +9,10 @@ import sys
 
 import pytest
 
-from agentrl.evaluation.model_agent import resolve_model_settings
-from agentrl.rollout import chunk_seed, eval_seed
+from agentrl.evaluation.model_agent import ModelAgent, resolve_model_settings
+from agentrl.methods.hiper import HINT, HiperFormat
+from agentrl.pool import EnvSpec, make_pool
+from agentrl.rollout import ActionFormat, chunk_seed, eval_seed
 
 
 def test_builtin_model_settings_come_from_its_preset():
@@ -23,6 +25,7 @@ def test_builtin_model_settings_come_from_its_preset():
     )
     assert s.prompt["max_prompt_tokens"] == 512 and s.max_new_tokens == 8 and s.constrained is True
     assert s.action["pattern"] == "<action>(.*?)</action>"
+    assert (s.credit, s.action_format) == ("gigpo", "default")
     o = resolve_model_settings(
         {"path": "tiny", "prompt": {"history": 3}, "temperature": 0.5, "constrained": False}
     )
@@ -35,6 +38,7 @@ def test_builtin_model_settings_come_from_its_preset():
         ({"path": None}, "needs agent.path"),
         ({"path": "/no/such/model"}, "no such folder"),
         ({"path": "tiny", "backend": "tgi"}, "hf or vllm"),
+        ({"path": "tiny", "credit": "nope"}, "unknown credit module 'nope'"),
     ],
 )
 def test_bad_model_settings(cfg, match):
@@ -95,4 +99,58 @@ def test_checkpoint_evaluates_as_the_trainer_evaluated_it(tmp_path):
     assert [e["seed"] for e in evaluated["episodes"]] == [
         t["seed"] for t in evaluated["meta"]["tasks"]
     ]
+    assert evaluated["episodes"] == trained
+
+
+def test_hiper_checkpoint_evaluates_with_the_format_it_trained_with(tmp_path):
+    """A ``credit=hiper`` run, evaluated with ``agent=model``: the agent's runner writes and parses
+    HiPER's three spans and closes the prompt with HiPER's hint (as the trainer's runner did), and
+    every episode record equals the trainer's own final held-out evaluation."""
+    run, out = tmp_path / "run", tmp_path / "eval"
+    _cli(
+        "agentrl.train",
+        "trainer=smoke",
+        "trainer.iterations=1",
+        "trainer.eval_initial=false",
+        "credit=hiper",
+        "model.max_new_tokens=64",
+        "env.eval_episodes=4",
+        "env.max_steps=4",
+        "rollout.tasks_per_iter=2",
+        "rollout.group_size=2",
+        "seed=5",
+        f"output_dir={run}",
+    )
+    s = resolve_model_settings({"path": str(run)})
+    assert (s.credit, s.action_format, s.max_new_tokens) == ("hiper", "hiper", 64)
+    agent, bare = ModelAgent(s, seed=5), ModelAgent(resolve_model_settings({"path": "tiny"}))
+    pool = make_pool([EnvSpec("Sokoban-v0", {})] * 2, num_workers=0)
+    try:
+        runner = agent.runner(pool, 4)
+        assert isinstance(runner.fmt, HiperFormat)
+        assert runner.builder.cfg.response_hint == HINT
+        keep = "<switch>KEEP</switch><subgoal>push</subgoal><action>up</action>"
+        assert runner.fmt.parse(keep).action == "up"
+        assert runner.fmt.parse("<action>up</action>").action is None  # no switch, no subgoal
+        plain = bare.runner(pool, 4)  # a bare model: the configured format and hint
+        assert type(plain.fmt) is ActionFormat and plain.builder.cfg.response_hint != HINT
+    finally:
+        pool.close()
+        agent.close()
+        bare.close()
+    assert resolve_model_settings({"path": "tiny", "credit": "hiper"}).action_format == "hiper"
+    _cli(
+        "agentrl.evaluate",
+        "agent=model",
+        f"agent.path={run}",
+        "episodes=4",
+        "num_envs=4",
+        "max_steps=4",
+        "seed=5",
+        "progress=false",
+        f"output_dir={out}",
+    )
+    trained = json.loads((run / "summary.json").read_text())["final_eval"]["episodes"]
+    evaluated = json.loads((out / "results.json").read_text())
+    assert evaluated["meta"]["agent_config"]["resolved"]["action_format"] == "hiper"
     assert evaluated["episodes"] == trained

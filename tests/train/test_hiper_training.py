@@ -10,9 +10,8 @@ import pytest
 
 from agentrl.config import load_config
 from agentrl.learner import StepSequence
+from agentrl.methods.hiper import HiperFormat, span_layout, token_offsets
 from agentrl.recipe import train
-from agentrl.rollout.spans import HiperFormat
-from agentrl.training.hiper_steps import span_layout, token_offsets
 from agentrl.training.preflight import preflight
 
 from .helpers import SMOKE, make_cfg

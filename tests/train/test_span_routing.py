@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agentrl.learner.span_routing import route_spans
+from agentrl.methods.hiper import route_spans
 
 
 def test_routing_by_span_and_segment_start():

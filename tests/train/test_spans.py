@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from agentrl.rollout.spans import HiperFormat, instructions, token_mask
+from agentrl.methods.hiper import HiperFormat, instructions, token_mask
 
 FMT = HiperFormat()
 GOOD = "<switch>SWITCH</switch><subgoal>find the mug</subgoal><action>go to shelf 1</action>"

@@ -1,0 +1,44 @@
+"""The one runner builder: the episode runner a config describes, with its method's action format.
+
+Training rollouts, the trainer's held-out evaluation and ``python -m agentrl.evaluate agent=model``
+all play through a runner built by :func:`build_runner`, so a checkpoint is evaluated with the
+prompt and action format it was trained with (the format a credit module asks for, with its prompt
+hint, included).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from ..backends.base import Backend
+from ..config import TrainConfig
+from ..pool import EnvPool
+from ..rollout import EpisodeRunner, PromptBuilder, PromptConfig, RunnerSettings
+from .registry import format_hook
+
+__all__ = ["build_runner"]
+
+
+def build_runner(
+    cfg: TrainConfig,
+    pool: EnvPool,
+    backend: Backend,
+    tokenizer: Any,
+    *,
+    max_steps: int | None = None,
+) -> EpisodeRunner:
+    """The runner of ``cfg``: prompts from ``rollout.prompt``, responses in the action format the
+    credit module asks for (else ``rollout.action``'s; its prompt hint, if any, replaces
+    ``rollout.prompt.response_hint``), the token cap, sampling truncation and constrained decoding
+    of ``rollout``, and the step cap ``env.max_steps`` (or ``max_steps``)."""
+    r = cfg.rollout
+    _, hook = format_hook(cfg.credit.name)
+    prompt = asdict(r.prompt)
+    if hook.prompt_hint is not None:
+        prompt["response_hint"] = hook.prompt_hint
+    settings = RunnerSettings(
+        max_steps or cfg.env.max_steps, r.max_new_tokens, r.top_p, r.top_k, r.constrained
+    )
+    builder = PromptBuilder(tokenizer, PromptConfig(**prompt))
+    return EpisodeRunner(pool, backend, builder, hook.build(asdict(r.action)), tokenizer, settings)
