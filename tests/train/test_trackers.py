@@ -80,3 +80,25 @@ def test_metrics_rows_are_plain_json(run):
     out, _ = run
     for line in (out / "metrics.jsonl").read_text().splitlines():
         json.loads(line)
+
+
+def test_summary_and_model_card_show_initial_and_final_per_category(run):
+    out, summary = run
+    table_head = "| env | category | initial | final | change (points) |"
+    assert table_head in (out / "summary.md").read_text()
+    card = (out / "checkpoints" / "final" / "README.md").read_text()
+    assert table_head in card and "## Load it" in card
+    assert f'AutoModelForCausalLM.from_pretrained("{summary.final_model}")' in card
+    assert "python -m agentrl.evaluate agent=model agent.path=" in card
+
+
+def test_category_series_has_one_line_per_category_only_when_there_are_several():
+    from agentrl.training.summary import _category_series
+
+    one = [{"eval/E/a/success_rate": 0.1, "eval/E/all/success_rate": 0.1}]
+    assert _category_series(one) == {}
+    two = [
+        {"eval/E/a/success_rate": 0.1, "eval/E/b/success_rate": 0.3},
+        {"eval/E/a/success_rate": 0.2, "eval/E/b/success_rate": 0.4},
+    ]
+    assert _category_series(two) == {("", "a"): [0.1, 0.2], ("", "b"): [0.3, 0.4]}
