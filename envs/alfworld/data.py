@@ -298,6 +298,8 @@ class GeneratedGames:
             self.per_type[s] = dict.fromkeys(task_types, operator.index(n))
         self.seed = int(seed)
         self.max_plan_steps = int(max_plan_steps)
+        self._made: dict[str, list[float]] = {}  # split -> seconds per game made in this process
+        self._missing: dict[str, int] = {}  # split -> games not in the cache when first asked
 
     def games(self, split: str) -> list[GameRef]:
         if split not in SPLITS:
@@ -334,6 +336,7 @@ class GeneratedGames:
         split, task_type, k = ref.split, ref.task_type, int(ref.task_id.rsplit("/", 1)[1])
         trial = find_trial(self.root / split, task_type, self.seed, k)
         if trial is None:
+            self._announce(split)
             t0 = time.perf_counter()
             gen = Generator(self.max_plan_steps, engine=engine)
             try:
@@ -341,9 +344,37 @@ class GeneratedGames:
                 trial = gen.write(spec, plan, self.root / split, self.seed, k, split)
             finally:
                 gen.close()
-            print(
-                f"ALFWorld: made game {ref.task_id} in {time.perf_counter() - t0:.1f} s "
-                f"(first use; cached in {self.out})",
-                file=sys.stderr,
-            )
+            self._progress(split, ref.task_id, time.perf_counter() - t0)
         return GameRef(ref.task_id, split, task_type, trial)
+
+    def _announce(self, split: str) -> None:
+        """The first time a split needs games: how many, where, and how to avoid the wait."""
+        if split in self._missing:
+            return
+        n = self.per_type[split]
+        cached = sum(
+            find_trial(self.root / split, t, self.seed, k) is not None
+            for t in self.task_types
+            for k in range(n[t])
+        )
+        self._missing[split] = sum(n.values()) - cached
+        print(
+            f"ALFWorld: {self._missing[split]} of the {sum(n.values())} generated {split} games are "
+            f"not in the cache ({self.out}); each is made the first time it is played (seconds "
+            f"each), then kept. To skip the wait, generate them ahead with `python -m "
+            f"agentrl.envs.alfworld.generate --out DIR --per-type N --splits {split}` and pass "
+            f"env.kwargs.data_dir=DIR, or point data_dir at the official data (docs/envs/alfworld.md).",
+            file=sys.stderr,
+        )
+
+    def _progress(self, split: str, task_id: str, seconds: float) -> None:
+        """One line per game made: ``[k/N]``, its time, and the time left at the mean rate."""
+        made = self._made.setdefault(split, [])
+        made.append(seconds)
+        total = max(self._missing.get(split, 0), len(made))
+        left = (total - len(made)) * sum(made) / len(made)
+        eta = f", about {left / 60:.1f} min left for this split" if left > 0 else ""
+        print(
+            f"ALFWorld: [{len(made)}/{total}] made {task_id} in {seconds:.1f} s{eta}",
+            file=sys.stderr,
+        )

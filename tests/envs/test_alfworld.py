@@ -624,3 +624,16 @@ def test_pddl_params_must_name_the_task_targets(tmp_path):
             Task("pick_and_place_simple", "dragon", "fridge", ""), read_statics(STATIC), path
         )
     check_task(Task("pick_and_place_simple", "egg", "fridge", ""), read_statics(STATIC), path)
+
+
+def test_first_use_generation_says_its_plan_progress_and_how_to_skip_it(tmp_path, capsys):
+    from agentrl.envs.alfworld.data import GeneratedGames
+    from agentrl.envs.alfworld.tasks import TASK_TYPES
+
+    games = GeneratedGames((TASK_TYPES[1],), {"valid_seen": 3}, cache_dir=tmp_path)
+    games.resolve(games.games("valid_seen")[0])
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("ALFWorld: 3 of the 3 generated valid_seen games are not in the cache")
+    assert "python -m agentrl.envs.alfworld.generate" in err[0] and "data_dir" in err[0]
+    assert err[1].startswith("ALFWorld: [1/3] made valid_seen/pick_and_place_simple/0 in ")
+    assert "min left for this split" in err[1]

@@ -124,7 +124,7 @@ def test_budget_is_skipped_without_a_model():
     assert out["budget"].ok is None and all(r.ok for k, r in out.items() if k != "budget")
 
 
-#: ALFWorld passes too (docs/envs/README.md) but generates its games on first use (about 90 s
+#: ALFWorld passes too (docs/envs/contract.md) but generates its games on first use (about 90 s
 #: on a cold cache): too slow for CI; tests/envs/test_alfworld.py covers its contract.
 FAST_BUILTINS = ["sokoban", "frozenlake", "webshop", "textworld"]
 
