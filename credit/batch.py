@@ -11,8 +11,8 @@ per-trajectory step matrices) are computed once per batch and cached.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, dataclass, field, fields
 from functools import cached_property
 from typing import Any
 
@@ -20,7 +20,15 @@ import numpy as np
 
 from .ops import combine_codes
 
-__all__ = ["StepBatch", "StepBatchError", "factorize", "to_hashable"]
+__all__ = [
+    "COLUMNS",
+    "COLUMN_NAMES",
+    "Column",
+    "StepBatch",
+    "StepBatchError",
+    "factorize",
+    "to_hashable",
+]
 
 
 class StepBatchError(ValueError):
@@ -152,76 +160,98 @@ def factorize(keys: np.ndarray) -> tuple[np.ndarray, int]:
     return codes, len(table)
 
 
+def _as_count(name: str, values: Any, n: int) -> np.ndarray:
+    arr = _as_int(name, values, n)
+    if (arr < 0).any():
+        raise StepBatchError(f"column {name!r} must be >= 0; negative at {_rows(arr < 0)}")
+    return arr
+
+
+#: Per column kind: how values are checked and converted (``n`` rows; ``None`` for the first).
+_CONVERT: dict[str, Any] = {
+    "id": _as_int,
+    "count": _as_count,
+    "float": _as_float,
+    "bool": _as_bool,
+    "key": _as_keys,
+    "embedding": lambda name, values, n: _as_embedding(values, n),
+}
+
+
+def _column(kind: str, help: str, *, required: bool = True) -> Any:
+    """A step-batch column: its kind (a key of ``_CONVERT``) and one-line meaning."""
+    meta = {"kind": kind, "help": help}
+    return field(metadata=meta) if required else field(default=None, metadata=meta)
+
+
+@dataclass(frozen=True)
+class Column:
+    """One declared column of :class:`StepBatch` (read from its fields, see :data:`COLUMNS`)."""
+
+    name: str
+    kind: str  # id, count (int >= 0), float, bool, key (any hashable), embedding ((n, d) floats)
+    required: bool
+    help: str
+
+    @property
+    def per_step_shape(self) -> str:
+        return "(n, d)" if self.kind == "embedding" else "(n,)"
+
+
 @dataclass(frozen=True, eq=False)
 class StepBatch:
-    """Columnar batch of agent steps.
+    """Columnar batch of agent steps: one entry per step in every column.
 
-    Required columns (one entry per step):
-        group: task group id (the N rollouts of one task share it).
-        traj: trajectory id, unique across the batch.
-        t: step index within the trajectory, contiguous from 0.
-        reward: the env reward of the step (finite).
-        done: whether the episode ended at this step (only the last step of a trajectory).
-        state_key: canonical identity of the state the action was taken from (hashable).
-        action_key: canonical identity of the action taken (hashable).
-        valid: whether the action was valid.
-
-    Optional columns (``None`` when absent):
-        milestone: number of milestones newly reached at this step (>= 0).
-        value: critic value V(s_t).
-        embedding: (n, d) hidden state of the policy at the step.
-        success: whether the step's trajectory ended in success (same on all its rows).
-        extras: any further named per-step columns (e.g. ``observation`` text, ``turn_reward``).
+    The columns are declared here once, each with its kind and meaning (:data:`COLUMNS` reads
+    them); validation, :meth:`take`, :meth:`concat` and the trainer's construction
+    (``agentrl.rollout.batch``) all derive from that declaration. Optional columns are ``None``
+    when absent; ``extras`` carries any further named per-step columns (e.g. ``observation``
+    text, ``turn_reward``).
     """
 
-    group: np.ndarray
-    traj: np.ndarray
-    t: np.ndarray
-    reward: np.ndarray
-    done: np.ndarray
-    state_key: np.ndarray
-    action_key: np.ndarray
-    valid: np.ndarray
-    milestone: np.ndarray | None = None
-    value: np.ndarray | None = None
-    embedding: np.ndarray | None = None
-    success: np.ndarray | None = None
+    group: np.ndarray = _column("id", "task group id: the N rollouts of one task")
+    traj: np.ndarray = _column("id", "trajectory id, unique in the batch")
+    t: np.ndarray = _column("id", "step index in the trajectory, contiguous from 0")
+    reward: np.ndarray = _column("float", "env reward of the step (finite)")
+    done: np.ndarray = _column(
+        "bool", "the episode ended at this step (only on a trajectory's last step)"
+    )
+    state_key: np.ndarray = _column(
+        "key", "canonical identity of the state the action was taken from (hashable)"
+    )
+    action_key: np.ndarray = _column("key", "canonical action (hashable)")
+    valid: np.ndarray = _column("bool", "the action was valid")
+    milestone: np.ndarray | None = _column(
+        "count", "number of milestones newly reached at this step", required=False
+    )
+    value: np.ndarray | None = _column("float", "critic value V(s_t)", required=False)
+    embedding: np.ndarray | None = _column(
+        "embedding", "(n, d) policy hidden state at the step", required=False
+    )
+    success: np.ndarray | None = _column(
+        "bool", "the trajectory ended in success (same on all its rows)", required=False
+    )
     extras: Mapping[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        set_ = object.__setattr__
-        group = _as_int("group", self.group, None)
-        n = len(group)
-        if n == 0:
-            raise StepBatchError("the step batch is empty")
-        set_(self, "group", group)
-        set_(self, "traj", _as_int("traj", self.traj, n))
-        set_(self, "t", _as_int("t", self.t, n))
-        set_(self, "reward", _as_float("reward", self.reward, n))
-        set_(self, "done", _as_bool("done", self.done, n))
-        set_(self, "state_key", _as_keys("state_key", self.state_key, n))
-        set_(self, "action_key", _as_keys("action_key", self.action_key, n))
-        set_(self, "valid", _as_bool("valid", self.valid, n))
-        if self.milestone is not None:
-            ms = _as_int("milestone", self.milestone, n)
-            if (ms < 0).any():
-                raise StepBatchError(
-                    f"column 'milestone' must be >= 0; negative at {_rows(ms < 0)}"
-                )
-            set_(self, "milestone", ms)
-        if self.value is not None:
-            set_(self, "value", _as_float("value", self.value, n))
-        if self.embedding is not None:
-            set_(self, "embedding", _as_embedding(self.embedding, n))
-        if self.success is not None:
-            set_(self, "success", _as_bool("success", self.success, n))
+        n: int | None = None
+        for col in COLUMNS:
+            values = getattr(self, col.name)
+            if values is None and not col.required:
+                continue
+            arr = _CONVERT[col.kind](col.name, values, n)
+            if n is None:  # the first column sets the row count
+                n = len(arr)
+                if n == 0:
+                    raise StepBatchError("the step batch is empty")
+            object.__setattr__(self, col.name, arr)
         extras = {}
         for name, col in dict(self.extras).items():
             arr = col if isinstance(col, np.ndarray) else _as_keys(name, col, n)
             if len(arr) != n:
                 raise StepBatchError(f"extra column {name!r} has {len(arr)} rows, expected {n}")
             extras[name] = arr
-        set_(self, "extras", extras)
+        object.__setattr__(self, "extras", extras)
         self._check_ids()
 
     def _check_ids(self) -> None:
@@ -436,26 +466,45 @@ class StepBatch:
     # -- convenience ----------------------------------------------------------------------------
     def require(self, name: str, how: str) -> np.ndarray:
         """The optional column ``name``, or a :class:`StepBatchError` saying how to turn it on."""
-        col = getattr(self, name, None) if name in _OPTIONAL else self.extras.get(name)
+        col = getattr(self, name) if name in COLUMN_NAMES else self.extras.get(name)
         if col is None:
             raise StepBatchError(f"this credit module needs the step-batch column {name!r}; {how}")
         return col
 
     def take(self, rows: np.ndarray) -> StepBatch:
         """A new batch with the given rows (for tests of row-order independence)."""
-        opt = {k: (None if getattr(self, k) is None else getattr(self, k)[rows]) for k in _OPTIONAL}
+        cols = {c.name: getattr(self, c.name) for c in COLUMNS}
         return StepBatch(
-            group=self.group[rows],
-            traj=self.traj[rows],
-            t=self.t[rows],
-            reward=self.reward[rows],
-            done=self.done[rows],
-            state_key=self.state_key[rows],
-            action_key=self.action_key[rows],
-            valid=self.valid[rows],
+            **{k: (None if v is None else v[rows]) for k, v in cols.items()},
             extras={k: v[rows] for k, v in self.extras.items()},
-            **opt,
         )
+
+    @classmethod
+    def concat(cls, parts: Sequence[StepBatch]) -> StepBatch:
+        """One batch with the rows of ``parts`` in order (their ids must already be distinct).
+
+        An optional column must be present in every part or in none, and every part must carry
+        the same extra columns (a column silently dropped would change what credit sees).
+        """
+        if not parts:
+            raise ValueError("no step batches to concatenate")
+        if len(parts) == 1:
+            return parts[0]
+        cols: dict[str, Any] = {}
+        for c in COLUMNS:
+            values = [getattr(p, c.name) for p in parts]
+            present = [v is not None for v in values]
+            if any(present) and not all(present):
+                raise StepBatchError(f"column {c.name!r} is present in some parts, not in others")
+            cols[c.name] = np.concatenate(values) if all(present) else None
+        keys = set(parts[0].extras)
+        for p in parts[1:]:
+            if set(p.extras) != keys:
+                raise StepBatchError(
+                    f"extra columns differ across parts: {sorted(keys)} vs {sorted(p.extras)}"
+                )
+        extras = {k: np.concatenate([p.extras[k] for p in parts]) for k in sorted(keys)}
+        return cls(**cols, extras=extras)
 
     @classmethod
     def from_trajectories(cls, trajectories: list[dict[str, Any]]) -> StepBatch:
@@ -465,10 +514,7 @@ class StepBatch:
         ``valid``, ``milestones``, ``values``, ``success`` (bool); ``traj`` defaults to its
         position in the list. The last step of each trajectory is marked done.
         """
-        cols: dict[str, list] = {
-            k: []
-            for k in ("group", "traj", "t", "reward", "done", "state_key", "action_key", "valid")
-        }
+        cols: dict[str, list] = {c.name: [] for c in COLUMNS if c.required}
         opt: dict[str, list] = {"milestone": [], "value": [], "success": []}
         for k, tr in enumerate(trajectories):
             T = len(tr["rewards"])
@@ -490,4 +536,10 @@ class StepBatch:
         return cls(**cols, **{k: (v if has[k] else None) for k, v in opt.items()})
 
 
-_OPTIONAL = ("milestone", "value", "embedding", "success")
+#: The declared columns of :class:`StepBatch`, in order (``extras`` is not one: its names are free).
+COLUMNS: tuple[Column, ...] = tuple(
+    Column(f.name, f.metadata["kind"], f.default is MISSING, f.metadata["help"])
+    for f in fields(StepBatch)
+    if "kind" in f.metadata
+)
+COLUMN_NAMES: frozenset[str] = frozenset(c.name for c in COLUMNS)
