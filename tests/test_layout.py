@@ -4,7 +4,7 @@
 - ``envs/`` and ``credit/`` import nothing else from agentrl (tests/test_packaging.py checks
   that too, and credit's independence from torch);
 - the shared services (pool, rollout, learner, backends, models, evaluation, config,
-  distributed) never import what only the recipe uses (``agentrl.training``) nor the entry
+  distributed, episodes) never import what only the recipe uses (``agentrl.training``) nor the entry
   points (``recipe``, ``train``, ``evaluate``, ``plot``);
 - a project module is imported inside a function only where the import needs an optional
   extra (listed below with the extra), never to dodge a cycle.
@@ -34,6 +34,7 @@ SERVICES = (
     "evaluation",
     "config",
     "distributed",
+    "episodes",
 )
 
 #: (importing module, imported module): the imported module needs an optional extra.

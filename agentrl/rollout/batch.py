@@ -10,8 +10,8 @@ import numpy as np
 from agentrl.credit import StepBatch
 from agentrl.credit.batch import COLUMNS
 
+from ..episodes import EpisodeResult, StepRecord
 from ..learner.sequences import StepSequence
-from .loop import EpisodeResult, StepRecord
 
 __all__ = ["to_step_batch"]
 
