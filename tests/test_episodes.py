@@ -62,7 +62,9 @@ def test_refill_cuts_and_records_in_spec_order():
     ep = next(e for e in finished if e.result.traj == 2)
     assert ep.steps == len(ep.history) == len(ep.result.steps)
     first = ep.history[0]
-    assert isinstance(first, Turn) and first.action is None and first.response.startswith("<garbled>")
+    assert (
+        isinstance(first, Turn) and first.action is None and first.response.startswith("<garbled>")
+    )
     assert first.observation == ep.result.steps[0].observation and first.info["action_valid"]
 
 
