@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .columns import CONVERT, Column, StepBatchError, column, rows_text
 from .ops import combine_codes
 
 __all__ = [
@@ -31,99 +32,12 @@ __all__ = [
 ]
 
 
-class StepBatchError(ValueError):
-    """A step batch that breaks the contract (lengths, dtypes, ids, non-finite values)."""
-
-
-def _rows(mask: np.ndarray, limit: int = 10) -> str:
-    rows = np.flatnonzero(mask)
-    shown = ", ".join(map(str, rows[:limit]))
-    return f"rows [{shown}{', ...' if len(rows) > limit else ''}] ({len(rows)} in all)"
-
-
 def _check_sums(what: str, per_row: np.ndarray) -> None:
     bad = ~np.isfinite(per_row)
     if bad.any():
         raise StepBatchError(
-            f"{what} overflow float64 at {_rows(bad)}: the rewards are too large; rescale them"
+            f"{what} overflow float64 at {rows_text(bad)}: the rewards are too large; rescale them"
         )
-
-
-def _as_int(name: str, values: Any, n: int | None) -> np.ndarray:
-    arr = np.asarray(values)
-    if arr.ndim != 1:
-        raise StepBatchError(f"column {name!r} must be one-dimensional, got shape {arr.shape}")
-    if n is not None and len(arr) != n:
-        raise StepBatchError(f"column {name!r} has {len(arr)} rows, expected {n}")
-    if arr.dtype.kind in "iu":
-        return arr.astype(np.int64, copy=False)
-    if arr.dtype.kind == "b":
-        return arr.astype(np.int64)
-    if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
-        return arr.astype(np.int64)
-    hint = (
-        " (map string or uuid ids to integers with credit.factorize)"
-        if arr.dtype.kind in "OUS"
-        else ""
-    )
-    raise StepBatchError(f"column {name!r} must hold integers, got dtype {arr.dtype}{hint}")
-
-
-def _as_float(name: str, values: Any, n: int, ndim: int = 1) -> np.ndarray:
-    try:
-        arr = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise StepBatchError(f"column {name!r} must hold numbers: {exc}") from exc
-    if arr.ndim != ndim or len(arr) != n:
-        raise StepBatchError(
-            f"column {name!r} must have shape ({n}{', d' if ndim == 2 else ''}), got {arr.shape}"
-        )
-    bad = ~np.isfinite(arr) if ndim == 1 else ~np.isfinite(arr).all(axis=1)
-    if bad.any():
-        raise StepBatchError(f"column {name!r} has NaN or infinite values at {_rows(bad)}")
-    return arr
-
-
-def _as_embedding(values: Any, n: int) -> np.ndarray:
-    """(n, d) float array; float32 stays float32 (1,536-dim states for 40k steps are 245 MB)."""
-    arr = np.asarray(values)
-    if arr.dtype.kind not in "f":
-        try:
-            arr = arr.astype(np.float64)
-        except (TypeError, ValueError) as exc:
-            raise StepBatchError(f"column 'embedding' must hold numbers: {exc}") from exc
-    if arr.ndim != 2 or len(arr) != n:
-        raise StepBatchError(f"column 'embedding' must have shape ({n}, d), got {arr.shape}")
-    bad = ~np.isfinite(
-        arr.sum(axis=1)
-    )  # one pass; a NaN or inf anywhere makes the row sum non-finite
-    if bad.any():
-        bad = ~np.isfinite(arr).all(axis=1)
-        if bad.any():
-            raise StepBatchError(f"column 'embedding' has NaN or infinite values at {_rows(bad)}")
-    return arr
-
-
-def _as_bool(name: str, values: Any, n: int) -> np.ndarray:
-    arr = np.asarray(values)
-    if arr.shape != (n,):
-        raise StepBatchError(f"column {name!r} must have shape ({n},), got {arr.shape}")
-    if arr.dtype.kind != "b":
-        if arr.dtype.kind not in "iuf" or not np.isin(arr, (0, 1)).all():
-            raise StepBatchError(f"column {name!r} must hold booleans, got dtype {arr.dtype}")
-        arr = arr.astype(bool)
-    return arr
-
-
-def _as_keys(name: str, values: Any, n: int) -> np.ndarray:
-    if isinstance(values, np.ndarray) and values.ndim == 1:
-        arr = values
-    else:
-        values = list(values)
-        arr = np.fromiter(values, dtype=object, count=len(values))
-    if arr.shape != (n,):
-        raise StepBatchError(f"column {name!r} must have shape ({n},), got {arr.shape}")
-    return arr
 
 
 def to_hashable(x: Any) -> Any:
@@ -160,44 +74,6 @@ def factorize(keys: np.ndarray) -> tuple[np.ndarray, int]:
     return codes, len(table)
 
 
-def _as_count(name: str, values: Any, n: int) -> np.ndarray:
-    arr = _as_int(name, values, n)
-    if (arr < 0).any():
-        raise StepBatchError(f"column {name!r} must be >= 0; negative at {_rows(arr < 0)}")
-    return arr
-
-
-#: Per column kind: how values are checked and converted (``n`` rows; ``None`` for the first).
-_CONVERT: dict[str, Any] = {
-    "id": _as_int,
-    "count": _as_count,
-    "float": _as_float,
-    "bool": _as_bool,
-    "key": _as_keys,
-    "embedding": lambda name, values, n: _as_embedding(values, n),
-}
-
-
-def _column(kind: str, help: str, *, required: bool = True) -> Any:
-    """A step-batch column: its kind (a key of ``_CONVERT``) and one-line meaning."""
-    meta = {"kind": kind, "help": help}
-    return field(metadata=meta) if required else field(default=None, metadata=meta)
-
-
-@dataclass(frozen=True)
-class Column:
-    """One declared column of :class:`StepBatch` (read from its fields, see :data:`COLUMNS`)."""
-
-    name: str
-    kind: str  # id, count (int >= 0), float, bool, key (any hashable), embedding ((n, d) floats)
-    required: bool
-    help: str
-
-    @property
-    def per_step_shape(self) -> str:
-        return "(n, d)" if self.kind == "embedding" else "(n,)"
-
-
 @dataclass(frozen=True, eq=False)
 class StepBatch:
     """Columnar batch of agent steps: one entry per step in every column.
@@ -209,26 +85,26 @@ class StepBatch:
     text, ``turn_reward``).
     """
 
-    group: np.ndarray = _column("id", "task group id: the N rollouts of one task")
-    traj: np.ndarray = _column("id", "trajectory id, unique in the batch")
-    t: np.ndarray = _column("id", "step index in the trajectory, contiguous from 0")
-    reward: np.ndarray = _column("float", "env reward of the step (finite)")
-    done: np.ndarray = _column(
+    group: np.ndarray = column("id", "task group id: the N rollouts of one task")
+    traj: np.ndarray = column("id", "trajectory id, unique in the batch")
+    t: np.ndarray = column("id", "step index in the trajectory, contiguous from 0")
+    reward: np.ndarray = column("float", "env reward of the step (finite)")
+    done: np.ndarray = column(
         "bool", "the episode ended at this step (only on a trajectory's last step)"
     )
-    state_key: np.ndarray = _column(
+    state_key: np.ndarray = column(
         "key", "canonical identity of the state the action was taken from (hashable)"
     )
-    action_key: np.ndarray = _column("key", "canonical action (hashable)")
-    valid: np.ndarray = _column("bool", "the action was valid")
-    milestone: np.ndarray | None = _column(
+    action_key: np.ndarray = column("key", "canonical action (hashable)")
+    valid: np.ndarray = column("bool", "the action was valid")
+    milestone: np.ndarray | None = column(
         "count", "number of milestones newly reached at this step", required=False
     )
-    value: np.ndarray | None = _column("float", "critic value V(s_t)", required=False)
-    embedding: np.ndarray | None = _column(
+    value: np.ndarray | None = column("float", "critic value V(s_t)", required=False)
+    embedding: np.ndarray | None = column(
         "embedding", "(n, d) policy hidden state at the step", required=False
     )
-    success: np.ndarray | None = _column(
+    success: np.ndarray | None = column(
         "bool", "the trajectory ended in success (same on all its rows)", required=False
     )
     extras: Mapping[str, np.ndarray] = field(default_factory=dict)
@@ -239,7 +115,7 @@ class StepBatch:
             values = getattr(self, col.name)
             if values is None and not col.required:
                 continue
-            arr = _CONVERT[col.kind](col.name, values, n)
+            arr = CONVERT[col.kind](col.name, values, n)
             if n is None:  # the first column sets the row count
                 n = len(arr)
                 if n == 0:
@@ -247,7 +123,7 @@ class StepBatch:
             object.__setattr__(self, col.name, arr)
         extras = {}
         for name, col in dict(self.extras).items():
-            arr = col if isinstance(col, np.ndarray) else _as_keys(name, col, n)
+            arr = col if isinstance(col, np.ndarray) else CONVERT["key"](name, col, n)
             if len(arr) != n:
                 raise StepBatchError(f"extra column {name!r} has {len(arr)} rows, expected {n}")
             extras[name] = arr
@@ -259,7 +135,7 @@ class StepBatch:
         codes = self.traj_index
         n_traj = self.num_trajectories
         if (self.t < 0).any():
-            raise StepBatchError(f"column 't' must be >= 0; negative at {_rows(self.t < 0)}")
+            raise StepBatchError(f"column 't' must be >= 0; negative at {rows_text(self.t < 0)}")
         lo = np.full(n_traj, np.iinfo(np.int64).max)
         hi = np.full(n_traj, np.iinfo(np.int64).min)
         np.minimum.at(lo, codes, self.group)
@@ -268,7 +144,7 @@ class StepBatch:
         if mixed.any():
             ids = np.unique(self.traj[mixed])[:5].tolist()
             raise StepBatchError(
-                f"trajectories {ids} span several groups (each trajectory belongs to one group) at {_rows(mixed)}"
+                f"trajectories {ids} span several groups (each trajectory belongs to one group) at {rows_text(mixed)}"
             )
         lengths = np.bincount(codes, minlength=n_traj)
         max_t = np.full(n_traj, -1, dtype=np.int64)
@@ -277,17 +153,17 @@ class StepBatch:
         pair = codes * (int(self.t.max()) + 1) + self.t
         if len(np.unique(pair)) != len(pair):
             _, inv, counts = np.unique(pair, return_inverse=True, return_counts=True)
-            raise StepBatchError(f"duplicate (traj, t) pairs at {_rows(counts[inv] > 1)}")
+            raise StepBatchError(f"duplicate (traj, t) pairs at {rows_text(counts[inv] > 1)}")
         gap = max_t != lengths - 1
         if gap.any():
             bad = gap[codes]
             raise StepBatchError(
-                f"steps of a trajectory are not contiguous from t=0 at {_rows(bad)}"
+                f"steps of a trajectory are not contiguous from t=0 at {rows_text(bad)}"
             )
         early_done = self.done & (self.t != max_t[codes])
         if early_done.any():
             raise StepBatchError(
-                f"'done' is set before the last step of a trajectory at {_rows(early_done)}"
+                f"'done' is set before the last step of a trajectory at {rows_text(early_done)}"
             )
         if self.success is not None:
             ref = np.zeros(n_traj, dtype=bool)
