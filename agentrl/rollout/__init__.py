@@ -1,4 +1,5 @@
-"""Multi-turn rollouts: prompts, action parsing, the episode loop and runner, step-batch assembly."""
+"""Multi-turn rollouts: prompts, action parsing, the model policy of the episode loop, the episode
+runner, step-batch assembly."""
 
 from .batch import to_step_batch
 from .loop import EpisodeResult, ModelPolicy, ResetSpec, RolloutStats, StepRecord, run_episodes
