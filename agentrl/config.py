@@ -225,7 +225,9 @@ class CreditConfig:
 
 @dataclass
 class TinyModelConfig:
-    """The embedded random-initialised Qwen2 and its locally trained tokenizer."""
+    """The embedded random-initialised Qwen2 and its locally trained tokenizer: the one spec of
+    the tiny model (``agentrl.models.tiny.build_tiny`` builds from it; its fields, in this
+    order, are the cache key's, so a cached folder stays valid)."""
 
     vocab_size: int = opt(512, "tokenizer vocabulary size", num(64))
     hidden_size: int = opt(128, "hidden width", num(8))
@@ -233,6 +235,7 @@ class TinyModelConfig:
     num_heads: int = opt(4, "attention heads", num(1))
     num_kv_heads: int = opt(4, "key/value heads", num(1))
     intermediate_size: int = opt(256, "MLP width", num(1))
+    max_position_embeddings: int = opt(2048, "context length in tokens", num(16))
     seed: int = opt(0, "initialisation seed", num(0))
 
 

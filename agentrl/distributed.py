@@ -32,8 +32,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import numpy as np
-
 from agentrl.credit import StepBatch
 
 __all__ = [
@@ -266,49 +264,6 @@ def all_ok(ok: bool, message: str = "") -> tuple[bool, list[str]]:
     return not bad, bad
 
 
-def _concat(parts: Sequence[Any], name: str) -> Any:
-    present = [p is not None for p in parts]
-    if not any(present):
-        return None
-    if not all(present):
-        raise ValueError(f"column {name!r} is present on some ranks and missing on others")
-    if isinstance(parts[0], np.ndarray):
-        return np.concatenate(parts, axis=0)
-    return [x for p in parts for x in p]
-
-
-def concat_step_batches(parts: Sequence[StepBatch]) -> StepBatch:
-    """One step batch with the rows of ``parts`` in order (ids must already be global)."""
-    if not parts:
-        raise ValueError("no step batches to concatenate")
-    if len(parts) == 1:
-        return parts[0]
-    cols: dict[str, Any] = {}
-    for name in (
-        "group",
-        "traj",
-        "t",
-        "reward",
-        "done",
-        "state_key",
-        "action_key",
-        "valid",
-        "milestone",
-        "value",
-        "embedding",
-        "success",
-    ):
-        cols[name] = _concat([getattr(p, name) for p in parts], name)
-    keys = set(parts[0].extras)
-    for p in parts[1:]:
-        if set(p.extras) != keys:
-            raise ValueError(
-                f"extra columns differ across ranks: {sorted(keys)} vs {sorted(p.extras)}"
-            )
-    cols["extras"] = {k: np.concatenate([p.extras[k] for p in parts]) for k in sorted(keys)}
-    return StepBatch(**cols)
-
-
 def gather_step_batch(local: StepBatch | None) -> tuple[StepBatch, int]:
     """The global step batch (ranks' rows in rank order) and this rank's first row in it.
 
@@ -325,7 +280,7 @@ def gather_step_batch(local: StepBatch | None) -> tuple[StepBatch, int]:
     present = [p for p in parts if p is not None]
     if not present:
         raise ValueError("the step batch is empty on every rank")
-    return concat_step_batches(present), offset
+    return StepBatch.concat(present), offset
 
 
 # -- metrics -----------------------------------------------------------------------------------

@@ -11,111 +11,33 @@ per-trajectory step matrices) are computed once per batch and cached.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, dataclass, field, fields
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 
+from .columns import CONVERT, Column, StepBatchError, column, rows_text
 from .ops import combine_codes
 
-__all__ = ["StepBatch", "StepBatchError", "factorize", "to_hashable"]
-
-
-class StepBatchError(ValueError):
-    """A step batch that breaks the contract (lengths, dtypes, ids, non-finite values)."""
-
-
-def _rows(mask: np.ndarray, limit: int = 10) -> str:
-    rows = np.flatnonzero(mask)
-    shown = ", ".join(map(str, rows[:limit]))
-    return f"rows [{shown}{', ...' if len(rows) > limit else ''}] ({len(rows)} in all)"
+__all__ = [
+    "COLUMNS",
+    "COLUMN_NAMES",
+    "Column",
+    "StepBatch",
+    "StepBatchError",
+    "factorize",
+    "to_hashable",
+]
 
 
 def _check_sums(what: str, per_row: np.ndarray) -> None:
     bad = ~np.isfinite(per_row)
     if bad.any():
         raise StepBatchError(
-            f"{what} overflow float64 at {_rows(bad)}: the rewards are too large; rescale them"
+            f"{what} overflow float64 at {rows_text(bad)}: the rewards are too large; rescale them"
         )
-
-
-def _as_int(name: str, values: Any, n: int | None) -> np.ndarray:
-    arr = np.asarray(values)
-    if arr.ndim != 1:
-        raise StepBatchError(f"column {name!r} must be one-dimensional, got shape {arr.shape}")
-    if n is not None and len(arr) != n:
-        raise StepBatchError(f"column {name!r} has {len(arr)} rows, expected {n}")
-    if arr.dtype.kind in "iu":
-        return arr.astype(np.int64, copy=False)
-    if arr.dtype.kind == "b":
-        return arr.astype(np.int64)
-    if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
-        return arr.astype(np.int64)
-    hint = (
-        " (map string or uuid ids to integers with credit.factorize)"
-        if arr.dtype.kind in "OUS"
-        else ""
-    )
-    raise StepBatchError(f"column {name!r} must hold integers, got dtype {arr.dtype}{hint}")
-
-
-def _as_float(name: str, values: Any, n: int, ndim: int = 1) -> np.ndarray:
-    try:
-        arr = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise StepBatchError(f"column {name!r} must hold numbers: {exc}") from exc
-    if arr.ndim != ndim or len(arr) != n:
-        raise StepBatchError(
-            f"column {name!r} must have shape ({n}{', d' if ndim == 2 else ''}), got {arr.shape}"
-        )
-    bad = ~np.isfinite(arr) if ndim == 1 else ~np.isfinite(arr).all(axis=1)
-    if bad.any():
-        raise StepBatchError(f"column {name!r} has NaN or infinite values at {_rows(bad)}")
-    return arr
-
-
-def _as_embedding(values: Any, n: int) -> np.ndarray:
-    """(n, d) float array; float32 stays float32 (1,536-dim states for 40k steps are 245 MB)."""
-    arr = np.asarray(values)
-    if arr.dtype.kind not in "f":
-        try:
-            arr = arr.astype(np.float64)
-        except (TypeError, ValueError) as exc:
-            raise StepBatchError(f"column 'embedding' must hold numbers: {exc}") from exc
-    if arr.ndim != 2 or len(arr) != n:
-        raise StepBatchError(f"column 'embedding' must have shape ({n}, d), got {arr.shape}")
-    bad = ~np.isfinite(
-        arr.sum(axis=1)
-    )  # one pass; a NaN or inf anywhere makes the row sum non-finite
-    if bad.any():
-        bad = ~np.isfinite(arr).all(axis=1)
-        if bad.any():
-            raise StepBatchError(f"column 'embedding' has NaN or infinite values at {_rows(bad)}")
-    return arr
-
-
-def _as_bool(name: str, values: Any, n: int) -> np.ndarray:
-    arr = np.asarray(values)
-    if arr.shape != (n,):
-        raise StepBatchError(f"column {name!r} must have shape ({n},), got {arr.shape}")
-    if arr.dtype.kind != "b":
-        if arr.dtype.kind not in "iuf" or not np.isin(arr, (0, 1)).all():
-            raise StepBatchError(f"column {name!r} must hold booleans, got dtype {arr.dtype}")
-        arr = arr.astype(bool)
-    return arr
-
-
-def _as_keys(name: str, values: Any, n: int) -> np.ndarray:
-    if isinstance(values, np.ndarray) and values.ndim == 1:
-        arr = values
-    else:
-        values = list(values)
-        arr = np.fromiter(values, dtype=object, count=len(values))
-    if arr.shape != (n,):
-        raise StepBatchError(f"column {name!r} must have shape ({n},), got {arr.shape}")
-    return arr
 
 
 def to_hashable(x: Any) -> Any:
@@ -154,74 +76,58 @@ def factorize(keys: np.ndarray) -> tuple[np.ndarray, int]:
 
 @dataclass(frozen=True, eq=False)
 class StepBatch:
-    """Columnar batch of agent steps.
+    """Columnar batch of agent steps: one entry per step in every column.
 
-    Required columns (one entry per step):
-        group: task group id (the N rollouts of one task share it).
-        traj: trajectory id, unique across the batch.
-        t: step index within the trajectory, contiguous from 0.
-        reward: the env reward of the step (finite).
-        done: whether the episode ended at this step (only the last step of a trajectory).
-        state_key: canonical identity of the state the action was taken from (hashable).
-        action_key: canonical identity of the action taken (hashable).
-        valid: whether the action was valid.
-
-    Optional columns (``None`` when absent):
-        milestone: number of milestones newly reached at this step (>= 0).
-        value: critic value V(s_t).
-        embedding: (n, d) hidden state of the policy at the step.
-        success: whether the step's trajectory ended in success (same on all its rows).
-        extras: any further named per-step columns (e.g. ``observation`` text, ``turn_reward``).
+    The columns are declared here once, each with its kind and meaning (:data:`COLUMNS` reads
+    them); validation, :meth:`take`, :meth:`concat` and the trainer's construction
+    (``agentrl.rollout.batch``) all derive from that declaration. Optional columns are ``None``
+    when absent; ``extras`` carries any further named per-step columns (e.g. ``observation``
+    text, ``turn_reward``).
     """
 
-    group: np.ndarray
-    traj: np.ndarray
-    t: np.ndarray
-    reward: np.ndarray
-    done: np.ndarray
-    state_key: np.ndarray
-    action_key: np.ndarray
-    valid: np.ndarray
-    milestone: np.ndarray | None = None
-    value: np.ndarray | None = None
-    embedding: np.ndarray | None = None
-    success: np.ndarray | None = None
+    group: np.ndarray = column("id", "task group id: the N rollouts of one task")
+    traj: np.ndarray = column("id", "trajectory id, unique in the batch")
+    t: np.ndarray = column("id", "step index in the trajectory, contiguous from 0")
+    reward: np.ndarray = column("float", "env reward of the step (finite)")
+    done: np.ndarray = column(
+        "bool", "the episode ended at this step (only on a trajectory's last step)"
+    )
+    state_key: np.ndarray = column(
+        "key", "canonical identity of the state the action was taken from (hashable)"
+    )
+    action_key: np.ndarray = column("key", "canonical action (hashable)")
+    valid: np.ndarray = column("bool", "the action was valid")
+    milestone: np.ndarray | None = column(
+        "count", "number of milestones newly reached at this step", required=False
+    )
+    value: np.ndarray | None = column("float", "critic value V(s_t)", required=False)
+    embedding: np.ndarray | None = column(
+        "embedding", "(n, d) policy hidden state at the step", required=False
+    )
+    success: np.ndarray | None = column(
+        "bool", "the trajectory ended in success (same on all its rows)", required=False
+    )
     extras: Mapping[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        set_ = object.__setattr__
-        group = _as_int("group", self.group, None)
-        n = len(group)
-        if n == 0:
-            raise StepBatchError("the step batch is empty")
-        set_(self, "group", group)
-        set_(self, "traj", _as_int("traj", self.traj, n))
-        set_(self, "t", _as_int("t", self.t, n))
-        set_(self, "reward", _as_float("reward", self.reward, n))
-        set_(self, "done", _as_bool("done", self.done, n))
-        set_(self, "state_key", _as_keys("state_key", self.state_key, n))
-        set_(self, "action_key", _as_keys("action_key", self.action_key, n))
-        set_(self, "valid", _as_bool("valid", self.valid, n))
-        if self.milestone is not None:
-            ms = _as_int("milestone", self.milestone, n)
-            if (ms < 0).any():
-                raise StepBatchError(
-                    f"column 'milestone' must be >= 0; negative at {_rows(ms < 0)}"
-                )
-            set_(self, "milestone", ms)
-        if self.value is not None:
-            set_(self, "value", _as_float("value", self.value, n))
-        if self.embedding is not None:
-            set_(self, "embedding", _as_embedding(self.embedding, n))
-        if self.success is not None:
-            set_(self, "success", _as_bool("success", self.success, n))
+        n: int | None = None
+        for col in COLUMNS:
+            values = getattr(self, col.name)
+            if values is None and not col.required:
+                continue
+            arr = CONVERT[col.kind](col.name, values, n)
+            if n is None:  # the first column sets the row count
+                n = len(arr)
+                if n == 0:
+                    raise StepBatchError("the step batch is empty")
+            object.__setattr__(self, col.name, arr)
         extras = {}
         for name, col in dict(self.extras).items():
-            arr = col if isinstance(col, np.ndarray) else _as_keys(name, col, n)
+            arr = col if isinstance(col, np.ndarray) else CONVERT["key"](name, col, n)
             if len(arr) != n:
                 raise StepBatchError(f"extra column {name!r} has {len(arr)} rows, expected {n}")
             extras[name] = arr
-        set_(self, "extras", extras)
+        object.__setattr__(self, "extras", extras)
         self._check_ids()
 
     def _check_ids(self) -> None:
@@ -229,7 +135,7 @@ class StepBatch:
         codes = self.traj_index
         n_traj = self.num_trajectories
         if (self.t < 0).any():
-            raise StepBatchError(f"column 't' must be >= 0; negative at {_rows(self.t < 0)}")
+            raise StepBatchError(f"column 't' must be >= 0; negative at {rows_text(self.t < 0)}")
         lo = np.full(n_traj, np.iinfo(np.int64).max)
         hi = np.full(n_traj, np.iinfo(np.int64).min)
         np.minimum.at(lo, codes, self.group)
@@ -238,7 +144,7 @@ class StepBatch:
         if mixed.any():
             ids = np.unique(self.traj[mixed])[:5].tolist()
             raise StepBatchError(
-                f"trajectories {ids} span several groups (each trajectory belongs to one group) at {_rows(mixed)}"
+                f"trajectories {ids} span several groups (each trajectory belongs to one group) at {rows_text(mixed)}"
             )
         lengths = np.bincount(codes, minlength=n_traj)
         max_t = np.full(n_traj, -1, dtype=np.int64)
@@ -247,17 +153,17 @@ class StepBatch:
         pair = codes * (int(self.t.max()) + 1) + self.t
         if len(np.unique(pair)) != len(pair):
             _, inv, counts = np.unique(pair, return_inverse=True, return_counts=True)
-            raise StepBatchError(f"duplicate (traj, t) pairs at {_rows(counts[inv] > 1)}")
+            raise StepBatchError(f"duplicate (traj, t) pairs at {rows_text(counts[inv] > 1)}")
         gap = max_t != lengths - 1
         if gap.any():
             bad = gap[codes]
             raise StepBatchError(
-                f"steps of a trajectory are not contiguous from t=0 at {_rows(bad)}"
+                f"steps of a trajectory are not contiguous from t=0 at {rows_text(bad)}"
             )
         early_done = self.done & (self.t != max_t[codes])
         if early_done.any():
             raise StepBatchError(
-                f"'done' is set before the last step of a trajectory at {_rows(early_done)}"
+                f"'done' is set before the last step of a trajectory at {rows_text(early_done)}"
             )
         if self.success is not None:
             ref = np.zeros(n_traj, dtype=bool)
@@ -436,26 +342,45 @@ class StepBatch:
     # -- convenience ----------------------------------------------------------------------------
     def require(self, name: str, how: str) -> np.ndarray:
         """The optional column ``name``, or a :class:`StepBatchError` saying how to turn it on."""
-        col = getattr(self, name, None) if name in _OPTIONAL else self.extras.get(name)
+        col = getattr(self, name) if name in COLUMN_NAMES else self.extras.get(name)
         if col is None:
             raise StepBatchError(f"this credit module needs the step-batch column {name!r}; {how}")
         return col
 
     def take(self, rows: np.ndarray) -> StepBatch:
         """A new batch with the given rows (for tests of row-order independence)."""
-        opt = {k: (None if getattr(self, k) is None else getattr(self, k)[rows]) for k in _OPTIONAL}
+        cols = {c.name: getattr(self, c.name) for c in COLUMNS}
         return StepBatch(
-            group=self.group[rows],
-            traj=self.traj[rows],
-            t=self.t[rows],
-            reward=self.reward[rows],
-            done=self.done[rows],
-            state_key=self.state_key[rows],
-            action_key=self.action_key[rows],
-            valid=self.valid[rows],
+            **{k: (None if v is None else v[rows]) for k, v in cols.items()},
             extras={k: v[rows] for k, v in self.extras.items()},
-            **opt,
         )
+
+    @classmethod
+    def concat(cls, parts: Sequence[StepBatch]) -> StepBatch:
+        """One batch with the rows of ``parts`` in order (their ids must already be distinct).
+
+        An optional column must be present in every part or in none, and every part must carry
+        the same extra columns (a column silently dropped would change what credit sees).
+        """
+        if not parts:
+            raise ValueError("no step batches to concatenate")
+        if len(parts) == 1:
+            return parts[0]
+        cols: dict[str, Any] = {}
+        for c in COLUMNS:
+            values = [getattr(p, c.name) for p in parts]
+            present = [v is not None for v in values]
+            if any(present) and not all(present):
+                raise StepBatchError(f"column {c.name!r} is present in some parts, not in others")
+            cols[c.name] = np.concatenate(values) if all(present) else None
+        keys = set(parts[0].extras)
+        for p in parts[1:]:
+            if set(p.extras) != keys:
+                raise StepBatchError(
+                    f"extra columns differ across parts: {sorted(keys)} vs {sorted(p.extras)}"
+                )
+        extras = {k: np.concatenate([p.extras[k] for p in parts]) for k in sorted(keys)}
+        return cls(**cols, extras=extras)
 
     @classmethod
     def from_trajectories(cls, trajectories: list[dict[str, Any]]) -> StepBatch:
@@ -465,10 +390,7 @@ class StepBatch:
         ``valid``, ``milestones``, ``values``, ``success`` (bool); ``traj`` defaults to its
         position in the list. The last step of each trajectory is marked done.
         """
-        cols: dict[str, list] = {
-            k: []
-            for k in ("group", "traj", "t", "reward", "done", "state_key", "action_key", "valid")
-        }
+        cols: dict[str, list] = {c.name: [] for c in COLUMNS if c.required}
         opt: dict[str, list] = {"milestone": [], "value": [], "success": []}
         for k, tr in enumerate(trajectories):
             T = len(tr["rewards"])
@@ -490,4 +412,10 @@ class StepBatch:
         return cls(**cols, **{k: (v if has[k] else None) for k, v in opt.items()})
 
 
-_OPTIONAL = ("milestone", "value", "embedding", "success")
+#: The declared columns of :class:`StepBatch`, in order (``extras`` is not one: its names are free).
+COLUMNS: tuple[Column, ...] = tuple(
+    Column(f.name, f.metadata["kind"], f.default is MISSING, f.metadata["help"])
+    for f in fields(StepBatch)
+    if "kind" in f.metadata
+)
+COLUMN_NAMES: frozenset[str] = frozenset(c.name for c in COLUMNS)

@@ -3,8 +3,8 @@
 - no import cycle between agentrl's modules;
 - ``envs/`` and ``credit/`` import nothing else from agentrl (tests/test_packaging.py checks
   that too, and credit's independence from torch);
-- the shared services (pool, rollout, learner, backends, models, methods, evaluation, config,
-  distributed) never import what only the recipe uses (``agentrl.training``) nor the entry
+- the shared services (pool, episodes, rollout, learner, backends, models, methods, evaluation,
+  config, distributed) never import what only the recipe uses (``agentrl.training``) nor the entry
   points (``recipe``, ``train``, ``evaluate``, ``plot``);
 - a project module is imported inside a function only where the import needs an optional
   extra (listed below with the extra), never to dodge a cycle.
@@ -41,6 +41,7 @@ SERVICES = (
     "evaluation",
     "config",
     "distributed",
+    "episodes",
 )
 
 #: (importing module, imported module): the imported module needs an optional extra.

@@ -10,8 +10,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from ..episodes import Episode
 from ..pool import EnvPool
-from .runner import Action, Episode
+from .runner import Action
 
 __all__ = ["ExpertAgent", "RandomAgent"]
 

@@ -27,9 +27,10 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from ..episodes import Episode
 from ..pool import EnvPool
-from ..rollout import ActionFormat, PromptBuilder, PromptConfig, Turn
-from .runner import Action, Episode
+from ..rollout import ActionFormat, PromptBuilder, PromptConfig
+from .runner import Action
 from .tasks import derive_seed
 
 __all__ = ["EndpointAgent", "EndpointError"]
@@ -167,10 +168,7 @@ class EndpointAgent:
         builder = PromptBuilder(None, prompt)  # messages only: the server applies its chat template
 
         def messages_fn(ep: Episode) -> Messages:
-            turns = [
-                Turn(t.observation, t.response if t.response is not None else t.action)
-                for t in ep.history
-            ]
+            turns = ep.history  # the trainer's Turn: each shows its observation and response
             k = prompt.history
             turns = turns if k == -1 else (turns[-k:] if k > 0 else [])
             return builder.messages(ep.instruction, turns, ep.observation, ep.admissible_actions)

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from .smollm2 import build_smollm2
-from .tiny import TinySpec, build_tiny
+from .tiny import TinyModelConfig, build_tiny
 
 __all__ = [
-    "TinySpec",
+    "TinyModelConfig",
     "apply_lora",
     "build_smollm2",
     "build_tiny",
@@ -29,7 +29,7 @@ __all__ = [
 def resolve_model_path(name: str, tiny: dict[str, Any] | None = None) -> str:
     """The folder (or hub id) that ``name`` stands for, building it first when needed."""
     if name == "tiny":
-        return str(build_tiny(TinySpec(**(tiny or {}))))
+        return str(build_tiny(TinyModelConfig(**(tiny or {}))))
     if name in ("smollm2-135m", "smollm2-135m-instruct"):
         return str(build_smollm2())
     return str(Path(name).expanduser()) if Path(name).expanduser().exists() else name

@@ -9,7 +9,9 @@ Hugging Face model folder (``config.json``, ``model.safetensors``, ``tokenizer.j
 and vLLM load them and produce identical token ids.
 
 The folder is cached under ``$AGENTRL_CACHE_DIR`` (default ``~/.cache/agentrl``; see ``envs.cache``), keyed by a hash of
-the recipe (corpus, vocabulary size, architecture, seed): building it takes a few seconds once.
+the recipe (corpus, vocabulary size, architecture, seed: the fields of
+:class:`agentrl.config.TinyModelConfig`, the one spec of this model): building it takes a few
+seconds once.
 """
 
 from __future__ import annotations
@@ -18,14 +20,23 @@ import hashlib
 import json
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 from agentrl.envs.adapter import make_frozen_lake
 from agentrl.envs.cache import cache_root
 from agentrl.envs.sokoban.env import INSTRUCTION as SOKOBAN_INSTRUCTION
 
-__all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "TinySpec", "build_tiny", "cache_dir", "tiny_corpus"]
+from ..config import TinyModelConfig
+
+__all__ = [
+    "CHAT_TEMPLATE",
+    "SPECIAL_TOKENS",
+    "TinyModelConfig",
+    "build_tiny",
+    "cache_dir",
+    "tiny_corpus",
+]
 
 RECIPE_VERSION = 2
 
@@ -75,25 +86,11 @@ def tiny_corpus() -> list[str]:
     return texts
 
 
-@dataclass(frozen=True)
-class TinySpec:
-    """Architecture and tokenizer size of the tiny model (defaults: ~0.33M non-embedding params)."""
-
-    vocab_size: int = 512
-    hidden_size: int = 128
-    num_layers: int = 2
-    num_heads: int = 4
-    num_kv_heads: int = 4
-    intermediate_size: int = 256
-    max_position_embeddings: int = 2048
-    seed: int = 0
-
-
 def cache_dir() -> Path:
     return cache_root()
 
 
-def _recipe_hash(spec: TinySpec, corpus: list[str]) -> str:
+def _recipe_hash(spec: TinyModelConfig, corpus: list[str]) -> str:
     payload = json.dumps(
         {
             "v": RECIPE_VERSION,
@@ -109,7 +106,7 @@ def _recipe_hash(spec: TinySpec, corpus: list[str]) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def _train_tokenizer(spec: TinySpec, corpus: list[str]):
+def _train_tokenizer(spec: TinyModelConfig, corpus: list[str]):
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -132,13 +129,13 @@ def _train_tokenizer(spec: TinySpec, corpus: list[str]):
     return tok
 
 
-def build_tiny(spec: TinySpec | None = None, root: Path | None = None) -> Path:
+def build_tiny(spec: TinyModelConfig | None = None, root: Path | None = None) -> Path:
     """Build (once) and return the folder of the tiny model for ``spec``.
 
     The folder is written to a temporary sibling and renamed into place, so concurrent builders
     and interrupted builds never leave a half-written cache entry.
     """
-    spec = spec or TinySpec()
+    spec = spec or TinyModelConfig()
     corpus = tiny_corpus()
     out = (root or cache_dir()) / "models" / f"tiny-{_recipe_hash(spec, corpus)}"
     if (out / "model.safetensors").exists() and (out / "tokenizer.json").exists():

@@ -1,7 +1,8 @@
-"""Multi-turn rollouts: prompts, action parsing, the episode loop and runner, step-batch assembly."""
+"""Multi-turn rollouts: prompts, action parsing, the model policy of the episode loop, the episode
+runner, step-batch assembly."""
 
 from .batch import to_step_batch
-from .loop import EpisodeResult, ResetSpec, RolloutStats, StepRecord, run_episodes
+from .loop import EpisodeResult, ModelPolicy, ResetSpec, RolloutStats, StepRecord, run_episodes
 from .parse import ActionFormat, ParsedAction
 from .prompt import PromptBuilder, PromptConfig, Turn
 from .runner import EpisodeRunner, RunnerSettings, chunk_seed, eval_seed
@@ -10,6 +11,7 @@ __all__ = [
     "ActionFormat",
     "EpisodeResult",
     "EpisodeRunner",
+    "ModelPolicy",
     "ParsedAction",
     "PromptBuilder",
     "PromptConfig",

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from agentrl.credit import StepBatch
+from agentrl.credit.batch import COLUMNS
 
+from ..episodes import EpisodeResult, StepRecord
 from ..learner.sequences import StepSequence
-from .loop import EpisodeResult
 
 __all__ = ["to_step_batch"]
 
@@ -28,6 +30,41 @@ def _column(values: list) -> np.ndarray:
     return _objects(values)
 
 
+def _row(ep: EpisodeResult, t: int, s: StepRecord) -> dict[str, Any]:
+    """The step-batch columns that step ``t`` of ``ep`` fills (the critic's come separately)."""
+    return {
+        "group": ep.group,
+        "traj": ep.traj,
+        "t": t,
+        "reward": s.reward,
+        "done": t == len(ep.steps) - 1,
+        "state_key": s.state_key,
+        "action_key": s.action if s.action is not None else f"<invalid:{s.parse_error}>",
+        "valid": s.valid,
+        "milestone": s.milestones_new,
+        "success": ep.won,
+    }
+
+
+def _extras_row(ep: EpisodeResult, t: int, s: StepRecord) -> dict[str, Any]:
+    """The rollout's own extra columns of step ``t`` of ``ep`` (the action format's aside)."""
+    return {
+        "observation": s.observation,
+        "terminated": ep.terminated and t == len(ep.steps) - 1,
+        "finish_reason": s.finish_reason,
+        "next_state_key": s.next_state_key,
+    }
+
+
+#: How the rollout's extra columns are stored (the declared columns convert themselves).
+_EXTRA_ARRAYS = {
+    "observation": _objects,
+    "terminated": lambda v: np.asarray(v, dtype=bool),
+    "finish_reason": _objects,
+    "next_state_key": _objects,
+}
+
+
 def to_step_batch(
     episodes: Sequence[EpisodeResult],
     values: np.ndarray | None = None,
@@ -40,68 +77,28 @@ def to_step_batch(
     ``"<invalid:reason>"``; ``extras`` carry the ``observation`` text, ``terminated``, the
     sampling ``finish_reason`` and ``next_state_key`` (the state each step led to; GraphGPO links
     failed rollouts' final states through it), plus the action format's step columns
-    (``ActionFormat.step_extras``; HiPER's ``switch``, ``subgoal``, ``switch_span``).
+    (``ActionFormat.step_extras``; HiPER's ``switch``, ``subgoal``, ``switch_span``). Each
+    column's dtype and checks are the step batch's declaration (:data:`agentrl.credit.batch.COLUMNS`).
     """
-    cols: dict[str, list] = {
-        k: []
-        for k in (
-            "group",
-            "traj",
-            "t",
-            "reward",
-            "done",
-            "state_key",
-            "action_key",
-            "valid",
-            "milestone",
-            "success",
-        )
-    }
-    obs, term, finish, nxt = [], [], [], []
-    fmt_cols: dict[str, list] = {k: [] for ep in episodes for s in ep.steps for k in s.extras}
-    seqs: list[StepSequence] = []
-    for ep in episodes:
-        T = len(ep.steps)
-        for t, s in enumerate(ep.steps):
-            row = len(seqs)
-            cols["group"].append(ep.group)
-            cols["traj"].append(ep.traj)
-            cols["t"].append(t)
-            cols["reward"].append(s.reward)
-            cols["done"].append(t == T - 1)
-            cols["state_key"].append(s.state_key)
-            cols["action_key"].append(
-                s.action if s.action is not None else f"<invalid:{s.parse_error}>"
-            )
-            cols["valid"].append(s.valid)
-            cols["milestone"].append(s.milestones_new)
-            cols["success"].append(ep.won)
-            obs.append(s.observation)
-            term.append(ep.terminated and t == T - 1)
-            finish.append(s.finish_reason)
-            nxt.append(s.next_state_key)
-            for k, col in fmt_cols.items():
-                col.append(s.extras.get(k))
-            seqs.append(StepSequence(s.prompt_ids, s.response_ids, s.logprobs, row, s.allowed))
+    rows = [(ep, t, s) for ep in episodes for t, s in enumerate(ep.steps)]
+    cols: dict[str, Any] = {c.name: [] for c in COLUMNS}
+    extras: dict[str, list] = {k: [] for k in _EXTRA_ARRAYS}
+    for ep, t, s in rows:
+        for k, v in _row(ep, t, s).items():
+            cols[k].append(v)
+        for k, v in _extras_row(ep, t, s).items():
+            extras[k].append(v)
+    cols["value"], cols["embedding"] = values, embeddings
+    fmt_keys = dict.fromkeys(k for _, _, s in rows for k in s.extras)
     batch = StepBatch(
-        group=np.asarray(cols["group"], dtype=np.int64),
-        traj=np.asarray(cols["traj"], dtype=np.int64),
-        t=np.asarray(cols["t"], dtype=np.int64),
-        reward=np.asarray(cols["reward"], dtype=np.float64),
-        done=np.asarray(cols["done"], dtype=bool),
-        state_key=cols["state_key"],
-        action_key=cols["action_key"],
-        valid=np.asarray(cols["valid"], dtype=bool),
-        milestone=np.asarray(cols["milestone"], dtype=np.int64),
-        success=np.asarray(cols["success"], dtype=bool),
-        value=values,
-        embedding=embeddings,
+        **cols,
         extras={
-            "observation": np.array(obs, dtype=object),
-            "terminated": np.asarray(term, dtype=bool),
-            "finish_reason": np.array(finish, dtype=object),
-            "next_state_key": _objects(nxt),
-            **{k: _column(v) for k, v in fmt_cols.items()},
+            **{k: _EXTRA_ARRAYS[k](v) for k, v in extras.items()},
+            **{k: _column([s.extras.get(k) for _, _, s in rows]) for k in fmt_keys},
         },
     )
+    seqs = [
+        StepSequence(s.prompt_ids, s.response_ids, s.logprobs, row, s.allowed)
+        for row, (_, _, s) in enumerate(rows)
+    ]
     return batch, seqs

@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..episodes import Turn
+
 __all__ = ["PromptBuilder", "PromptConfig", "Turn"]
 
 
@@ -45,14 +47,6 @@ class PromptConfig:
             raise ValueError(f"history must be -1 (all), 0 or a positive count, got {self.history}")
         if self.max_prompt_tokens < 1:
             raise ValueError(f"max_prompt_tokens must be >= 1, got {self.max_prompt_tokens}")
-
-
-@dataclass(frozen=True)
-class Turn:
-    """One past step: the observation shown and the model's response text."""
-
-    observation: str
-    response: str
 
 
 class PromptBuilder:

@@ -145,3 +145,40 @@ def test_require_names_field_and_how():
         b.require("embedding", "turn it on")
     with pytest.raises(StepBatchError, match="'observation'"):
         b.require("observation", "pass extras")
+
+
+def test_columns_are_declared_once_and_documented():
+    """COLUMNS is read from the dataclass; docs/architecture.md's table lists exactly them."""
+    from dataclasses import fields
+    from pathlib import Path
+
+    from agentrl.credit.batch import COLUMNS
+
+    assert [c.name for c in COLUMNS] == [f.name for f in fields(StepBatch) if f.name != "extras"]
+    required = [c.required for c in COLUMNS]
+    assert required == sorted(required, reverse=True)  # required columns come first
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "architecture.md").read_text()
+    table = doc.split("## The step batch", 1)[1].split("\n\n")[2]
+    documented = {
+        cells[1].strip("` "): cells[2].strip() == "yes"
+        for line in table.splitlines()[2:]
+        if (cells := line.split("|")) and cells[1].strip("` ") != "extras"
+    }
+    assert documented == {c.name: c.required for c in COLUMNS}
+
+
+def test_concat_keeps_rows_in_order_and_refuses_mismatched_parts():
+    b = StepBatch(**cols(milestone=[0, 1, 0, 0, 2]), extras={"note": list("vwxyz")})
+    first, second = b.take(np.arange(3)), b.take(np.arange(3, 5))
+    joined = StepBatch.concat([first, second])
+    for name in ("group", "traj", "t", "reward", "done", "state_key", "valid", "milestone"):
+        assert getattr(joined, name).tolist() == getattr(b, name).tolist(), name
+    assert joined.value is None and joined.extras["note"].tolist() == list("vwxyz")
+    assert StepBatch.concat([b]) is b
+    no_milestone = StepBatch(**cols(), extras={"note": list("vwxyz")}).take(np.arange(3, 5))
+    with pytest.raises(StepBatchError, match="'milestone' is present in some parts"):
+        StepBatch.concat([first, no_milestone])
+    with pytest.raises(StepBatchError, match="extra columns differ"):
+        StepBatch.concat([first, StepBatch(**cols(milestone=[0] * 5)).take(np.arange(3, 5))])
+    with pytest.raises(ValueError, match="no step batches"):
+        StepBatch.concat([])

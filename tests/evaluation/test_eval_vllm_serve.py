@@ -29,7 +29,7 @@ from agentrl.evaluation import summarize  # noqa: E402
 from agentrl.evaluation.endpoint import EndpointAgent  # noqa: E402
 from agentrl.evaluation.runner import play_tasks  # noqa: E402
 from agentrl.evaluation.tasks import make_tasks  # noqa: E402
-from agentrl.models import TinySpec, build_tiny  # noqa: E402
+from agentrl.models import TinyModelConfig, build_tiny  # noqa: E402
 
 SOK = "Sokoban-v0"
 STARTUP_S = 300
@@ -50,7 +50,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    model = build_tiny(TinySpec())
+    model = build_tiny(TinyModelConfig())
     port = _free_port()
     log = tmp_path_factory.mktemp("vllm") / "serve.log"
     cmd = [

@@ -80,7 +80,7 @@ def test_concatenated_shards_give_the_single_process_credit():
                 extras={k: v[rows] for k, v in whole.extras.items()},
             )
         )
-    joined = D.concat_step_batches(parts)
+    joined = credit.StepBatch.concat(parts)
     for name in ("gigpo", "gae", "grpo"):
         a = credit.compute(whole, name).advantages[order]
         b = credit.compute(joined, name).advantages

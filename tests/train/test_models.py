@@ -8,7 +8,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer
 
-from agentrl.models.tiny import SPECIAL_TOKENS, TAG_TOKENS, TinySpec, build_tiny
+from agentrl.models.tiny import SPECIAL_TOKENS, TAG_TOKENS, TinyModelConfig, build_tiny
 
 TEXTS = [
     "#####\n#OP_#\n#X__#\n#___#\n#####",
@@ -59,7 +59,7 @@ def test_chat_template_and_special_tokens(tiny_path):
 
 
 def test_build_is_cached_and_deterministic(tmp_path):
-    spec = TinySpec(
+    spec = TinyModelConfig(
         vocab_size=320,
         hidden_size=64,
         num_heads=2,
@@ -74,3 +74,26 @@ def test_build_is_cached_and_deterministic(tmp_path):
     b = build_tiny(spec, root=tmp_path / "other")
     assert (a / "model.safetensors").read_bytes() == (b / "model.safetensors").read_bytes()
     assert (a / "tokenizer.json").read_text() == (b / "tokenizer.json").read_text()
+
+
+def test_the_config_is_the_tiny_models_spec_and_its_cache_key_is_pinned():
+    """``model.tiny`` (TinyModelConfig) is what build_tiny builds from; the default spec's cache
+    folder name is pinned, so an edit that would silently orphan every cached tiny model (and
+    rebuild it under a new name) fails here: bump RECIPE_VERSION on purpose instead."""
+    from dataclasses import asdict
+
+    from agentrl.config import load_config
+    from agentrl.models.tiny import _recipe_hash, tiny_corpus
+
+    assert TinyModelConfig is type(load_config({}).model.tiny)
+    assert _recipe_hash(TinyModelConfig(), tiny_corpus()) == "732bb4b6fc3c6daf"
+    assert list(asdict(TinyModelConfig())) == [
+        "vocab_size",
+        "hidden_size",
+        "num_layers",
+        "num_heads",
+        "num_kv_heads",
+        "intermediate_size",
+        "max_position_embeddings",
+        "seed",
+    ]
