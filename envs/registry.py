@@ -29,6 +29,7 @@ BUILTIN: dict[str, str] = {
     "WebShop-v0": "agentrl.envs.webshop:WebShopEnv",
     "ALFWorld-v0": "agentrl.envs.alfworld.env:ALFWorldEnv",
     "TextWorld-v0": "agentrl.envs.textworld.env:TextWorldEnv",
+    "OpenEnv-v0": "agentrl.envs.openenv.client:OpenEnvEnv",
 }
 
 _plugins_loaded = False

@@ -9,7 +9,7 @@ from gymnasium.utils.env_checker import check_env
 
 from agentrl import envs
 
-ENV_IDS = envs.list_envs()
+ENV_IDS = [e for e in envs.list_envs() if e != "agentrl/OpenEnv-v0"]  # needs a server: test_openenv
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
