@@ -14,7 +14,9 @@ the ``cross_checks`` method of the class that holds them.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import importlib.util
+import inspect
 import math
 import re
 from collections.abc import Callable, Iterator
@@ -30,6 +32,7 @@ __all__ = [
     "EnvConfig",
     "LearnerConfig",
     "ModelConfig",
+    "OptimizerConfig",
     "RolloutConfig",
     "TrainConfig",
     "TrainerConfig",
@@ -405,22 +408,83 @@ class RolloutConfig:
             yield "action.require_think", "needs rollout.action.think=true"
 
 
+def resolve_class(path: str) -> type:
+    """The class a config names: a bare name is looked up in ``torch.optim``, a dotted path
+    (``package.module.Class``) is imported. Raises ``ValueError`` saying why it cannot."""
+    module, _, name = path.rpartition(".")
+    try:
+        obj = getattr(importlib.import_module(module or "torch.optim"), name, None)
+    except ImportError as exc:
+        raise ValueError(f"cannot import {module or 'torch.optim'} ({exc})") from None
+    if not isinstance(obj, type):
+        raise ValueError(f"{module or 'torch.optim'} has no class {name!r}")
+    return obj
+
+
+@dataclass
+class OptimizerConfig:
+    """The optimiser: a ``torch.optim.Optimizer`` class and its keyword options (the learning
+    rate is ``trainer.lr``, with its schedule)."""
+
+    name: str = opt(
+        "AdamW", "optimizer class: a torch.optim name (AdamW, SGD, ...) or a dotted path", nonempty
+    )
+    kwargs: dict[str, Any] = opt(
+        help="its keyword options, e.g. +trainer.optimizer.kwargs.betas=[0.9,0.95] (torch's defaults otherwise)",
+        factory=lambda: {"weight_decay": 0.0},
+    )
+
+    def resolve(self) -> type:
+        """The optimizer class (``ValueError`` when ``name`` names none)."""
+        cls = resolve_class(self.name)
+        base = importlib.import_module("torch.optim").Optimizer
+        if not issubclass(cls, base):
+            raise ValueError(f"{cls.__module__}.{cls.__name__} is not a torch.optim.Optimizer")
+        return cls
+
+    def options(self) -> dict[str, Any]:
+        """``kwargs`` as the class takes them (lists become tuples: ``betas=(0.9, 0.999)``)."""
+        return {k: tuple(v) if isinstance(v, list) else v for k, v in self.kwargs.items()}
+
+    def cross_checks(self) -> Iterator[tuple[str, str]]:
+        try:
+            cls = self.resolve()
+        except ValueError as exc:
+            yield "name", f"names no optimizer class: {exc}"
+            return
+        full = self.name if "." in self.name else f"torch.optim.{self.name}"
+        sig = inspect.signature(cls.__init__).parameters
+        open_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.values())
+        known = [k for k in sig if k not in ("self", "params", "lr", "args", "kwargs")]
+        bad = False
+        for key in self.kwargs:
+            if key in ("lr", "params"):
+                bad = True
+                yield f"kwargs.{key}", "is set by the learner (the learning rate is trainer.lr)"
+            elif key not in sig and not open_kw:
+                bad = True
+                yield (
+                    f"kwargs.{key}",
+                    f"is not an option of {full} (its options: {', '.join(known)})",
+                )
+        if bad:
+            return
+        torch = importlib.import_module("torch")
+        try:  # the class checks its own values (ranges of betas, eps, ...) on a dummy parameter
+            cls([torch.zeros(1, requires_grad=True)], lr=1e-3, **self.options())
+        except (TypeError, ValueError) as exc:
+            yield "kwargs", f"are refused by {full}: {_first_line(exc)}"
+
+
 @dataclass
 class LearnerConfig:
     """PPO learner hyper-parameters (read by :class:`agentrl.learner.Learner`)."""
 
-    lr: float = opt(5e-4, "AdamW learning rate, in (0, 1]", num(0, 1, lo_open=True))
-    weight_decay: float = opt(0.0, "AdamW weight decay", NON_NEGATIVE)
-    betas: list[float] = opt(
-        help="AdamW betas",
-        factory=lambda: [0.9, 0.999],
-        check=lambda v: (
-            None
-            if len(v) == 2 and all(0 <= b < 1 for b in v)
-            else f"must be two numbers in [0, 1), got {v}"
-        ),
+    lr: float = opt(5e-4, "learning rate, in (0, 1]", num(0, 1, lo_open=True))
+    optimizer: OptimizerConfig = opt(
+        help="the optimizer (AdamW with torch's betas and eps, no weight decay)",
+        factory=OptimizerConfig,
     )
-    eps: float = opt(1e-8, "AdamW epsilon", POSITIVE)
     epochs: int = opt(2, "PPO epochs over each iteration's steps", num(1))
     minibatch_size: int = opt(
         64,

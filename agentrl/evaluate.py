@@ -93,7 +93,7 @@ def _check_env(s: dict[str, Any]) -> None:
     except KeyError as exc:
         raise ConfigProblem(f"env.id={s['env']!r}: {exc.args[0] if exc.args else exc}") from None
     except envs.registry.EnvKwargsError as exc:
-        raise ConfigProblem(f"env.kwargs: {exc}") from None
+        raise ConfigProblem(f"env.kwargs.{exc.names[0]}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - any failure to build the env is the config's
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigProblem(f"env {s['env']} with env.kwargs {s['env_kwargs']}: {msg}") from None

@@ -86,7 +86,12 @@ def resolve_id(name: str) -> str:
 
 
 class EnvKwargsError(TypeError):
-    """Keyword arguments the env does not take (the message names them and the valid ones)."""
+    """Keyword arguments the env does not take (the message names them and the valid ones;
+    ``names`` lists them)."""
+
+    def __init__(self, message: str, names: list[str]):
+        super().__init__(message)
+        self.names = names
 
 
 def options(name: str) -> list[str] | None:
@@ -122,7 +127,7 @@ def check_kwargs(name: str, kwargs: dict[str, Any]) -> None:
         )
         hints.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     raise EnvKwargsError(
-        f"{name} has no option {', '.join(hints)}; its options: {', '.join(valid) or 'none'}"
+        f"{name} has no option {', '.join(hints)}; its options: {', '.join(valid) or 'none'}", bad
     )
 
 

@@ -1,10 +1,11 @@
 """The PPO learner: sequences, forward pass, losses, and the update loop."""
 
 from .forward import ForwardOut, response_forward
-from .learner import Learner, LearnerConfig, NonFiniteError, token_advantages
+from .learner import Learner, LearnerConfig
 from .losses import aggregate, kl_penalty, ppo_clip_loss, value_loss
 from .schedule import LRSchedule
 from .sequences import Collated, StepSequence, collate
+from .update import NonFiniteError, token_advantages
 
 __all__ = [
     "Collated",

@@ -3,8 +3,10 @@
 :class:`FSDPLearner` is :class:`~agentrl.learner.Learner` with its modules sharded: each
 decoder layer and the root of the policy (and of the frozen reference and the value head when
 used) are ``fully_shard`` units over all ranks; parameters, gradients and AdamW states are
-DTensors holding ``1/world`` of each tensor. The loss is the learner's own
-(:meth:`Learner._micro_loss`); what changes is where the rows are:
+DTensors holding ``1/world`` of each tensor. The epochs, the loss, the optimiser step and the
+parameter check are the learner's own; this class overrides only the hooks where sharding
+differs (:meth:`_prepare_modules`, :meth:`_scoring_plan`, :meth:`_row_layout`, :meth:`_gather`,
+:meth:`autocast`). What changes is where the rows are:
 
 - every rank holds the step sequences of its own task groups (``seqs[k].step_row`` is the row in
   the *global* step batch, ``step_advantages`` is the global array);
@@ -31,7 +33,6 @@ that each rank's generation backend samples from; with LoRA only the adapter ten
 from __future__ import annotations
 
 import contextlib
-import math
 import warnings
 from collections.abc import Sequence
 
@@ -40,8 +41,10 @@ import torch
 
 from agentrl import distributed as D
 
-from .learner import Learner, LearnerConfig, NonFiniteError, _is_peft
-from .sequences import StepSequence, collate
+from .learner import Learner, LearnerConfig
+from .scoring import is_peft
+from .sequences import StepSequence
+from .update import RowLayout, UpdateInputs
 
 __all__ = ["FSDPLearner", "decoder_layers", "shard_model"]
 
@@ -52,7 +55,7 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     Found by the classes the model lists in ``_no_split_modules`` (e.g. ``Qwen2DecoderLayer``),
     the same blocks HF's own device placement never splits.
     """
-    base = model.get_base_model() if _is_peft(model) else model
+    base = model.get_base_model() if is_peft(model) else model
     names = set(getattr(base, "_no_split_modules", None) or ())
     layers = [m for m in model.modules() if type(m).__name__ in names]
     if not layers:
@@ -130,8 +133,7 @@ class FSDPLearner(Learner):
                 "agentrl.distributed.init_single_rank() for a world of one); "
                 "use Learner in a plain process"
             )
-        from torch.distributed.fsdp import MixedPrecisionPolicy
-
+        self.mixed_precision = mixed_precision  # resolved by _prepare_modules
         super().__init__(
             model,
             cfg,
@@ -142,38 +144,34 @@ class FSDPLearner(Learner):
             keep_reference=keep_reference,
             lr_schedule=lr_schedule,
         )
-        dev = self.device
-        if mixed_precision is None:
-            mixed_precision = (
-                cfg.dtype in ("auto", "bfloat16")
-                and dev.type == "cuda"
+
+    # -- the hooks -----------------------------------------------------------------------------
+    def _prepare_modules(self) -> None:
+        """Shard the policy, the reference and the value head (rank 0's weights first); the
+        learner then builds the optimiser over the sharded (DTensor) parameters."""
+        from torch.distributed.fsdp import MixedPrecisionPolicy
+
+        if self.mixed_precision is None:
+            self.mixed_precision = (
+                self.cfg.dtype in ("auto", "bfloat16")
+                and self.device.type == "cuda"
                 and torch.cuda.is_bf16_supported()
             )
-        self.mixed_precision = bool(mixed_precision)
+        self.mixed_precision = bool(self.mixed_precision)
         mp = (
             MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
             if self.mixed_precision
             else MixedPrecisionPolicy()
         )
-        _broadcast_from_rank0(model)
-        shard_model(model, mp_policy=mp)
+        _broadcast_from_rank0(self.model)
+        shard_model(self.model, mp_policy=mp)
         if self.reference is not None:
             _broadcast_from_rank0(self.reference)
             shard_model(self.reference, mp_policy=mp)
         if self.value_head is not None:
             _broadcast_from_rank0(self.value_head)
             shard_model(self.value_head, mp_policy=MixedPrecisionPolicy(), layers=())
-        # The parameters are new (DTensor) objects now: the optimiser is rebuilt over them.
-        groups = [{"params": [p for p in model.parameters() if p.requires_grad], "lr": cfg.lr}]
-        if self.value_head is not None:
-            groups.append(
-                {"params": list(self.value_head.parameters()), "lr": cfg.value_lr or cfg.lr}
-            )
-        self.optimizer = torch.optim.AdamW(
-            groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
-        )
 
-    # -- helpers -------------------------------------------------------------------------------
     def autocast(self):
         if self.mixed_precision:  # FSDP already computes in bf16
             return contextlib.nullcontext()
@@ -202,59 +200,10 @@ class FSDPLearner(Learner):
         mbs += [[len(seqs)]] * (self._max_over_ranks(real) - real)
         return ext, mbs, real
 
-    # -- no-grad passes (log-probs and token signals: the base class's, with the padded plan) ----
-    @torch.no_grad()
-    def prompt_features(
-        self, prompts: Sequence[Sequence[int]], embedding_layer: int | None = None
-    ) -> tuple[np.ndarray | None, np.ndarray | None]:
-        if self.value_head is None and embedding_layer is None:
-            return None, None
-        n = len(prompts)
-        values = np.zeros(n, np.float32) if self.value_head is not None else None
-        embs: np.ndarray | None = None
-        seqs = [StepSequence(list(p), [], [], i) for i, p in enumerate(prompts)]
-        ext, mbs, real = self._scoring_plan(seqs, np.arange(n))
-        ext[-1] = StepSequence([self.pad_token_id], [], [], 0)
-        with self.autocast():
-            for j, idx in enumerate(mbs):
-                b = collate([ext[i] for i in idx], self.pad_token_id).to(self.device)
-                P = b.prompt_width
-                out = self.model(
-                    input_ids=b.input_ids[:, :P],
-                    attention_mask=b.attention_mask[:, :P],
-                    position_ids=b.position_ids[:, :P],
-                    use_cache=False,
-                    logits_to_keep=1,
-                    output_hidden_states=True,
-                )
-                v = None
-                if values is not None:
-                    v = self.value_head(out.hidden_states[-1][:, -1, :].float())[:, 0]
-                if j >= real:
-                    continue
-                if v is not None:
-                    values[idx] = v.float().cpu().numpy()
-                if embedding_layer is not None:
-                    h = out.hidden_states[embedding_layer][:, -1, :].float().cpu().numpy()
-                    if embs is None:
-                        embs = np.zeros((n, h.shape[1]), np.float32)
-                    embs[idx] = h
-        if embedding_layer is not None and embs is None:
-            # No prompts on this rank: the width is the model's hidden size.
-            embs = np.zeros((0, self._hidden_size()), np.float32)
-        return values, embs
-
-    def _hidden_size(self) -> int:
-        m = self.model.get_base_model() if _is_peft(self.model) else self.model
-        return int(m.config.hidden_size)
-
-    # -- the update ----------------------------------------------------------------------------
-    # ``Learner.update`` checks the inputs and calls ``_epochs``; here the epochs run over the
-    # global rows. This rank's ``seqs`` carry global step rows; ``step_advantages``,
-    # ``returns`` and ``old_values`` are indexed by global row.
-    def _epochs(self, seqs, adv, returns, old_values, seed) -> dict[str, float]:
-        cfg = self.cfg
-        n_global = len(adv)
+    def _row_layout(self, seqs: Sequence[StepSequence], inp: UpdateInputs) -> RowLayout:
+        """The global step rows (``len(step_advantages)`` of them): which sequence of this rank
+        holds each, and every row's response length and non-zero-advantage flag, gathered."""
+        n_global = len(inp.adv)
         local_of = np.full(n_global, -1, dtype=np.int64)
         for k, s in enumerate(seqs):
             if not 0 <= s.step_row < n_global:
@@ -262,12 +211,10 @@ class FSDPLearner(Learner):
                     f"sequence {k} has step_row {s.step_row} outside the global batch of {n_global} rows"
                 )
             local_of[s.step_row] = k
-        # Response lengths of every global row (for the global loss normalisers) and whether a
-        # row has any non-zero advantage (only those need a forward when zeros can be skipped).
         lengths = np.zeros(n_global, dtype=np.int64)
         seen = np.zeros(n_global, dtype=np.int64)
-        active = adv != 0.0
-        tok = self._token_adv
+        active = inp.adv != 0.0
+        tok = inp.token_adv
         mine = [
             (s.step_row, len(s.response_ids), bool(np.any(tok[k])) if tok is not None else None)
             for k, s in enumerate(seqs)
@@ -283,95 +230,16 @@ class FSDPLearner(Learner):
             raise ValueError(
                 f"every global step row must be held by exactly one rank; rows {bad} are not"
             )
-        ref = self.logprobs(seqs, reference=True) if cfg.kl_coef > 0 else None
-        # the padding micro-batches' dummy sequence (index len(seqs)): its per-token inputs
-        if tok is not None:
-            self._token_adv = list(tok) + [np.zeros(1, np.float32)]
-        if self._loss_masks is not None:
-            self._loss_masks = list(self._loss_masks) + [np.zeros(1, bool)]
-        if self._value_rows is not None:
-            self._value_rows = self._value_rows.with_dummy()
-        self._apply_lr_schedule()
-        rng = np.random.default_rng(seed)
-        self.model.train()
-        sums: dict[str, float] = {}
-        counts: dict[str, int] = {}
-        for _epoch in range(cfg.epochs):
-            perm = rng.permutation(n_global)
-            for start in range(0, n_global, cfg.minibatch_size):
-                mb = perm[start : start + cfg.minibatch_size]
-                stats = self._sharded_minibatch_step(
-                    seqs, mb, local_of, lengths, active, adv, ref, returns, old_values
-                )
-                for k, v in stats.items():
-                    sums[k] = sums.get(k, 0.0) + v
-                    counts[k] = counts.get(k, 0) + 1
-        self.updates += 1
-        self._check_parameters()
-        sums["lr"], counts["lr"] = self.optimizer.param_groups[0]["lr"], 1
-        return {k: v / counts[k] for k, v in sums.items()}
+        return RowLayout(local_of, np.arange(n_global, dtype=np.int64), lengths, active)
 
-    def _sharded_minibatch_step(
-        self, seqs, mb, local_of, lengths, active, adv, ref, returns, old_values
-    ) -> dict[str, float]:
-        cfg = self.cfg
-        denom = self._normaliser([int(lengths[r]) for r in mb])
-        value_denom = max(len(mb), 1)
-        if self._value_rows is not None:  # HiPER's heads: rows that train each, over all ranks
-            value_denom = self._value_rows.row_denominators(mb)
-        if self._skips_zero_advantages():  # as Learner._minibatch_step, decided on global rows
-            mb = np.asarray([r for r in mb if active[r]], dtype=np.int64)
-        processed = len(mb)  # global
-        local = [int(local_of[r]) for r in mb if local_of[r] >= 0]
-        self.optimizer.zero_grad(set_to_none=True)
-        ext, mbs, real = self._scoring_plan(seqs, local)
-        ref_ext = None if ref is None else list(ref) + [np.zeros(1, np.float32)]
-        acc: dict[str, float] = {}
-        bad = ""
-        for j, idx in enumerate(mbs):
-            loss, terms, st = self._micro_loss(
-                ext, idx, adv, ref_ext, returns, old_values, denom, value_denom
-            )
-            if j >= real:
-                loss = loss * 0.0  # a padding micro-batch: collectives only, no gradient
-            elif not torch.isfinite(loss):
-                bad = bad or f"non-finite loss ({float(loss.detach())})"
-            loss.backward()
-            if j >= real:
-                continue
-            w = len(idx) / max(processed, 1)
-            for k, val in terms.items():
-                acc[k] = acc.get(k, 0.0) + float(val)
-            for k, val in st.items():
-                acc[k] = acc.get(k, 0.0) + float(val) * w
-        parts = D.all_gather_objects((acc, bad))
-        problems = [f"rank {r}: {b}" for r, (_, b) in enumerate(parts) if b]
-        if problems:
-            self.optimizer.zero_grad(set_to_none=True)
-            raise NonFiniteError(
-                f"{'; '.join(problems)} in update {self.updates}: the update is stopped"
-            )
+    def _gather(self, stats: dict[str, float], problem: str) -> tuple[dict[str, float], list[str]]:
+        """Every rank's ``stats`` summed, and the problems of the ranks that had one (named)."""
+        parts = D.all_gather_objects((stats, problem))
         total: dict[str, float] = {}
         for a, _ in parts:
             for k, v in a.items():
                 total[k] = total.get(k, 0.0) + v
-        params = [p for g in self.optimizer.param_groups for p in g["params"]]
-        for p in params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-        gnorm = torch.nn.utils.clip_grad_norm_(
-            params, cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
-        )
-        gnorm = float(gnorm.full_tensor() if hasattr(gnorm, "full_tensor") else gnorm)
-        if not math.isfinite(gnorm):
-            self.optimizer.zero_grad(set_to_none=True)
-            raise NonFiniteError(
-                f"non-finite gradient norm in update {self.updates}: the update is stopped"
-            )
-        self.optimizer.step()
-        total["grad_norm"] = gnorm
-        total["sequences_processed"] = float(processed)
-        return total
+        return total, [f"rank {r}: {b}" for r, (_, b) in enumerate(parts) if b]
 
     # -- weights for the rollout engine --------------------------------------------------------
     @torch.no_grad()
@@ -389,23 +257,6 @@ class FSDPLearner(Learner):
             own[name].copy_(full)
 
     # -- checkpoints -----------------------------------------------------------------------------
-    def _check_parameters(self) -> None:
-        """Non-finite weights after a step stop the update on every rank (each checks its shards)."""
-        local = True
-        with torch.no_grad():
-            for g in self.optimizer.param_groups:
-                for p in g["params"]:
-                    t = p.to_local() if hasattr(p, "to_local") else p
-                    if t.numel() and not bool(torch.isfinite(t).all()):
-                        local = False
-                        break
-        ok, bad = D.all_ok(local, "non-finite weights")
-        if not ok:
-            raise NonFiniteError(
-                f"{'; '.join(bad)} after update {self.updates} (learning rate {self.cfg.lr}): "
-                "training is stopped"
-            )
-
     def state_dict(self):
         raise NotImplementedError(
             "a sharded learner is saved with agentrl.training.sharded_checkpoint.save_learner (DCP)"

@@ -112,7 +112,7 @@ def _env(cfg: TrainConfig) -> list[str]:
 
 def _env_error(env_id: str, kwargs: dict, exc: Exception) -> str:
     if isinstance(exc, envs.registry.EnvKwargsError):
-        return f"env.kwargs: {exc}"
+        return f"env.kwargs.{exc.names[0]}: {exc}"
     msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else _line(exc)  # no repr quotes
     if isinstance(exc, TypeError) and "unexpected keyword argument" in msg:
         bad = msg.split("unexpected keyword argument")[-1].strip(" '\"")
