@@ -80,13 +80,15 @@ def _resolve(cfg: DictConfig) -> dict[str, Any]:
 
 
 def _pool_options(env: DictConfig) -> dict[str, Any]:
-    """Where the env config runs its envs (``env.backend``, ``env.ray``; see agentrl.config)."""
+    """Where the env config runs its envs (``env.backend``, ``env.ray``, ``env.worker_memory_mb``;
+    see agentrl.config)."""
     ray = env.get("ray") or {}
     return {
         "backend": str(env.get("backend", "process")),
         "ray_address": ray.get("address"),
         "envs_per_actor": int(ray.get("envs_per_actor", 4)),
         "actor_num_cpus": float(ray.get("num_cpus", 1.0)),
+        "worker_memory_mb": env.get("worker_memory_mb"),
     }
 
 

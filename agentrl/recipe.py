@@ -44,6 +44,7 @@ from .learner.schedule import LRSchedule
 from .learner.weights import policy_state_dict
 from .models import apply_lora, load_model
 from .pool import EnvSpec, make_pool
+from .pool.accounting import error_metrics, error_rate_stop
 from .rollout import ActionFormat, PromptBuilder, PromptConfig, RolloutStats
 from .rollout.runner import EpisodeRunner, RunnerSettings, chunk_seed, eval_seed
 from .rollout.spans import HiperFormat
@@ -124,7 +125,8 @@ def build(cfg: TrainConfig) -> Parts:
     pool = make_pool([EnvSpec(e.id, dict(e.kwargs))] * (n_groups * r.group_size),
                      backend=e.backend, num_workers=e.num_workers, step_timeout=e.step_timeout,
                      ray_address=e.ray.address, envs_per_actor=e.ray.envs_per_actor,
-                     actor_num_cpus=e.ray.num_cpus)  # fmt: skip
+                     actor_num_cpus=e.ray.num_cpus,
+                     worker_memory_mb=e.worker_memory_mb)  # fmt: skip
     fmt, prompt = ActionFormat(**asdict(r.action)), asdict(r.prompt)
     if cfg.credit.name == "hiper":  # switch/subgoal/action spans; the subgoal block in the prompt
         a = asdict(r.action)
@@ -207,6 +209,12 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
             stats = RolloutStats()
             with Timer() as t_roll:  # 1. rollout (+ dynamic sampling's extra groups)
                 eps, roll_metrics = play_iteration(cfg, it, train_ids, runner, stats)
+            stats = DP.reduce_stats(stats)  # global counts: every rank decides to stop alike
+            example = next((ep.error for ep in eps if ep.fault is not None), None)
+            why = error_rate_stop(stats.env_errors, stats.episodes, e.max_error_rate, e.id, example)
+            if why is not None:
+                raise TrainingStopped(f"iteration {it + 1}: {why}")
+            eps = [ep for ep in eps if ep.fault is None]  # env faults are left out of credit
             with Timer() as t_credit:  # 2. step batch (+ declared inputs)  3. credit
                 values, embeddings = features(
                     learner, model, eps, needs, cfg.credit.embedding_layer
@@ -232,9 +240,10 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
                     learner.sync_to(p.engine_model)
                 if r.backend != "hf":  # the hf engine samples from the learner's own model
                     backend.update_weights(policy_state_dict(p.engine_model or model))
-            row = train_row(it, DP.gather_episodes(eps), batch.group, DP.reduce_stats(stats), res,
+            errs = error_metrics(stats.env_errors, stats.env_restarts, stats.env_replayed)
+            row = train_row(it, DP.gather_episodes(eps), batch.group, stats, res,
                             upd, t_roll, t_credit, t_upd,
-                            {**roll_metrics, **tok_metrics})  # 5. log  # fmt: skip
+                            {**roll_metrics, **tok_metrics, **errs})  # 5. log  # fmt: skip
             row = DP.reduce_times(row)
             log(row)
             progress.update(it + 1, row)

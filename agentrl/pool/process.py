@@ -1,9 +1,9 @@
 """Env pool backend: worker processes on this machine (:class:`EnvPool`).
 
 With ``num_workers=0`` the envs live in this process; otherwise env ``i`` lives in worker
-``i % num_workers`` and every call sends one message per worker, so the workers step their envs
-concurrently. A worker that dies or misses its deadline is killed and restarted with fresh envs
-(the contract is :class:`agentrl.pool.base.BasePool`'s).
+``i % num_workers``. Every call sends one message per worker; a worker first says it has begun,
+then answers each env as soon as it has run it, so when a worker dies or misses its deadline the
+pool knows which env it was running (the contract is :class:`agentrl.pool.base.BasePool`'s).
 """
 
 from __future__ import annotations
@@ -17,14 +17,28 @@ from collections.abc import Sequence
 from multiprocessing.connection import wait
 from typing import Any
 
-from .base import BasePool, EnvFn, Reply, build_envs, encode_replies, run_op
+from .base import BasePool, EnvFn, WorkerFault
+from .checks import Fault
+from .worker import (
+    EXIT_OVER_MEMORY,
+    MemoryGuard,
+    Reply,
+    answer,
+    build_envs,
+    encode_replies,
+    env_traits,
+)
 
 __all__ = ["EnvPool"]
 
+_BEGIN = pickle.dumps(None)  # "I have your call": what a worker sends before its first answer
 
-def _worker(conn, env_fns: dict[int, EnvFn]) -> None:
-    envs, why = build_envs(env_fns)
-    conn.send_bytes(pickle.dumps(("ready", why)))
+
+def _worker(conn, env_fns: dict[int, EnvFn], memory_mb: float | None) -> None:
+    guard = MemoryGuard(memory_mb)
+    envs, why = build_envs(env_fns, guard)
+    traits = env_traits(envs) if envs is not None else {}
+    conn.send_bytes(pickle.dumps(("ready", why, traits)))
     if envs is None:
         conn.close()
         return
@@ -34,7 +48,9 @@ def _worker(conn, env_fns: dict[int, EnvFn]) -> None:
             if msg is None:
                 break
             op, items = msg
-            conn.send_bytes(encode_replies(op, [(i, *run_op(envs[i], op, a)) for i, a in items]))
+            conn.send_bytes(_BEGIN)
+            for i, a in items:
+                conn.send_bytes(encode_replies(op, [answer(envs, guard, op, i, a)]))
     except (EOFError, KeyboardInterrupt):
         pass
     finally:
@@ -45,11 +61,11 @@ def _worker(conn, env_fns: dict[int, EnvFn]) -> None:
 
 # -- worker processes ---------------------------------------------------------------------------
 class _Worker:
-    def __init__(self, ctx, env_fns: dict[int, EnvFn]):
+    def __init__(self, ctx, env_fns: dict[int, EnvFn], memory_mb: float | None):
         self.env_fns = env_fns
         self.ready = False
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_worker, args=(child, env_fns), daemon=True)
+        self.process = ctx.Process(target=_worker, args=(child, env_fns, memory_mb), daemon=True)
         self.process.start()
         child.close()
 
@@ -58,6 +74,25 @@ class _Worker:
             self.process.kill()
         self.process.join(timeout=5)
         self.conn.close()
+
+
+class _Call:
+    """One worker's share of a call: its items, whether it has begun, the answers so far."""
+
+    def __init__(self, items: list[tuple[int, tuple]]):
+        self.items = items
+        self.begun = False
+        self.replies: list[Reply] = []
+
+    @property
+    def done(self) -> bool:
+        return len(self.replies) == len(self.items)
+
+    def running(self) -> int | None:
+        """The env the worker was running: the first without an answer once it had begun."""
+        if not self.begun or self.done:
+            return None
+        return self.items[len(self.replies)][0]
 
 
 class EnvPool(BasePool):
@@ -70,6 +105,9 @@ class EnvPool(BasePool):
         step_timeout: seconds per env call; a call's deadline is this times the most envs any one
             worker holds in the call, shared by all workers; late workers are killed and
             restarted (``None``: wait forever). Not enforced with 0 workers.
+        worker_memory_mb: resident memory each worker may use (its envs together); a worker
+            over it is restarted and the env it was running loses its episode (``None``: no
+            limit). Not enforced with 0 workers.
     """
 
     def __init__(
@@ -78,19 +116,19 @@ class EnvPool(BasePool):
         num_workers: int = 0,
         mp_context: str = "forkserver",
         step_timeout: float | None = None,
+        worker_memory_mb: float | None = None,
     ):
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
-        super().__init__(env_fns, num_workers, step_timeout)
+        super().__init__(env_fns, num_workers, step_timeout, worker_memory_mb)
         self.num_workers = self.num_groups
         if self.num_workers == 0:
             self._local = [fn() for fn in self.env_fns]
+            self._replayable = list(env_traits(dict(enumerate(self._local))).values())
             self._workers: list[_Worker] = []
         else:
             self._ctx = mp.get_context(mp_context)
-            self._workers = [
-                _Worker(self._ctx, self._group_envs(w)) for w in range(self.num_workers)
-            ]
+            self._workers = [self._start(w) for w in range(self.num_workers)]
 
     def close(self) -> None:
         for w in self._workers:
@@ -108,6 +146,9 @@ class EnvPool(BasePool):
         return [w.process.pid for w in self._workers]
 
     # -- internals -----------------------------------------------------------------------------
+    def _start(self, w: int) -> _Worker:
+        return _Worker(self._ctx, self._group_envs(w), self.worker_memory_mb)
+
     def _await_ready(self, ws: list[int]) -> None:
         """Wait (untimed) until workers ``ws`` have built their envs; raise if one cannot."""
         for w in ws:
@@ -115,58 +156,89 @@ class EnvPool(BasePool):
             if worker.ready:
                 continue
             try:
-                _, why = pickle.loads(worker.conn.recv_bytes())
+                _, why, traits = pickle.loads(worker.conn.recv_bytes())
             except (EOFError, OSError):
-                why = f"{self._death(w)} while building its envs"
+                why, traits = f"{self._death(w)[1]} while building its envs", {}
             if why is not None:
                 raise RuntimeError(f"env worker {w}: {why}")
+            for i, replayable in traits.items():
+                self._replayable[i] = replayable
             worker.ready = True
 
     def _exchange(
-        self, op: str, by_group: dict[int, list[tuple[int, tuple]]]
-    ) -> tuple[list[Reply], dict[int, str]]:
+        self,
+        op: str,
+        by_group: dict[int, list[tuple[int, tuple]]],
+        budget: tuple[float | None, str],
+    ) -> tuple[list[Reply], dict[int, WorkerFault]]:
         self._await_ready(list(by_group))
-        replies: list[Reply] = []
-        failed: dict[int, str] = {}
+        calls = {w: _Call(items) for w, items in by_group.items()}
+        failed: dict[int, WorkerFault] = {}
         pending: dict[Any, int] = {}
         for w, items in by_group.items():
             try:
                 self._workers[w].conn.send((op, items))
                 pending[self._workers[w].conn] = w
             except (BrokenPipeError, OSError):
-                failed[w] = self._death(w)
-        deadline, late = self._deadline(by_group)
+                failed[w] = WorkerFault(*self._death(w), None)
+        seconds, late = budget
+        deadline = None if seconds is None else time.monotonic() + seconds
         while pending:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             sentinels = {self._workers[w].process.sentinel: w for w in pending.values()}
             ready = wait([*pending, *sentinels], timeout=left)
             if not ready:  # the deadline passed: every worker still pending is late
                 for w in pending.values():
-                    failed[w] = f"worker {w} (pid {self._workers[w].process.pid}) {late}"
+                    why = f"worker {w} (pid {self._workers[w].process.pid}) {late}"
+                    failed[w] = WorkerFault("timeout", why, calls[w].running())
                 break
-            for obj in ready:
-                w = pending.get(obj, sentinels.get(obj))
-                if w is None or self._workers[w].conn not in pending:
-                    continue
+            for w in {pending.get(obj, sentinels.get(obj)) for obj in ready}:
                 conn = self._workers[w].conn
-                try:
-                    if obj is conn or conn.poll():
-                        replies.extend(pickle.loads(conn.recv_bytes()))
-                    else:  # the process ended without answering
-                        failed[w] = self._death(w)
-                except (EOFError, OSError):
-                    failed[w] = self._death(w)
-                del pending[conn]
+                if conn not in pending:
+                    continue
+                fault = self._read(w, calls[w])
+                if fault is not None:
+                    failed[w] = fault
+                if fault is not None or calls[w].done:
+                    del pending[conn]
         for w in failed:
             self._workers[w].kill()
-            self._workers[w] = _Worker(self._ctx, self._group_envs(w))
+            self._workers[w] = self._start(w)
+        replies = [r for call in calls.values() for r in call.replies]
         return replies, failed
 
-    def _death(self, w: int) -> str:
-        """Why worker ``w`` is gone, with its exit code or the signal that killed it."""
+    def _read(self, w: int, call: _Call) -> WorkerFault | None:
+        """Take every message worker ``w`` has sent; a fault if it died or went over memory."""
+        conn = self._workers[w].conn
+        try:
+            while not call.done and conn.poll():
+                data = conn.recv_bytes()
+                if data == _BEGIN:
+                    call.begun = True
+                    continue
+                for reply in pickle.loads(data):
+                    call.replies.append(reply)
+                    i, ok, value = reply
+                    if ok is False and isinstance(value, Fault) and value.kind == "memory":
+                        return WorkerFault("memory", value.message, i)
+        except (EOFError, OSError):
+            pass
+        if call.done:
+            return None
+        if self._workers[w].process.is_alive():
+            return None  # more to come
+        return WorkerFault(*self._death(w), call.running())
+
+    def _death(self, w: int) -> tuple[str, str]:
+        """``(kind, why)`` worker ``w`` is gone, with its exit code or the signal that killed it."""
         process = self._workers[w].process
         process.join(timeout=2)
         code = process.exitcode
+        if code == EXIT_OVER_MEMORY:
+            return "memory", (
+                f"worker {w} (pid {process.pid}) went over env.worker_memory_mb="
+                f"{self.worker_memory_mb:g} during the call and was ended by its watchdog"
+            )
         if code is not None and code < 0:
             try:
                 how = f"was killed by {signal.Signals(-code).name}"
@@ -174,4 +246,4 @@ class EnvPool(BasePool):
                 how = f"was killed by signal {-code}"
         else:
             how = f"died with exit code {code}"
-        return f"worker {w} (pid {process.pid}) {how}"
+        return "crash", f"worker {w} (pid {process.pid}) {how}"

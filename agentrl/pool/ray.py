@@ -1,11 +1,16 @@
 """The env pool on Ray: the ``EnvPool`` contract with the envs in Ray actors, anywhere on a cluster.
 
 Env ``i`` lives in actor ``i % num_actors`` (``num_actors = ceil(N / envs_per_actor)``); every call
-sends one batched task per actor, so actors step their envs concurrently, and waits for all of them
-under one deadline (``step_timeout`` per env of the busiest actor in the call). Failures are
-contained as in the process pool: an env that raises ends its episode; an actor that dies
-(``ray.kill``, a crash of its process, a lost node) or misses the deadline is killed and replaced
-by a fresh one, and every episode it held ends as truncated with ``info["error"]``.
+queues one task per env on its actor (behind a ``begin`` task), so actors step their envs
+concurrently and a late actor's first unfinished task is the env it hangs in, and waits for all
+of them under one deadline (``step_timeout`` per env of the busiest actor in the call). Failures are
+handled as in the process pool (:class:`agentrl.pool.base.BasePool`): an env that raises or returns
+a malformed result ends its episode; an actor that dies (``ray.kill``, a crash of its process, a
+lost node), misses the deadline or goes over ``worker_memory_mb`` is killed and replaced, the env
+it was running loses its episode, and its other live episodes are replayed on the replacement.
+A dying actor can lose the answers of tasks it had just finished, so after a death its unfinished
+envs run again one at a time: a fault that recurs is pinned on its env (one more restart), one
+that does not costs no episode.
 
 Results travel as plain ``pickle`` bytes (not Ray's serializer), so the same objects can or cannot
 cross in both backends, and an unpicklable ``info`` ends only its own episode.
@@ -29,7 +34,9 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from .base import BasePool, EnvFn, Reply, build_envs, encode_replies, run_op
+from .base import BasePool, EnvFn, WorkerFault
+from .checks import Fault
+from .worker import MemoryGuard, Reply, answer, build_envs, encode_replies, env_traits
 
 __all__ = ["RayEnvPool"]
 
@@ -48,17 +55,23 @@ def _import_ray():
 
 
 class _EnvActor:
-    """Holds a few envs in one Ray worker process; each method call is one batched message."""
+    """Holds a few envs in one Ray worker process; each env of a call is one task, run in order."""
 
-    def __init__(self, env_fns: dict[int, EnvFn]):
-        self.envs, self.why = build_envs(env_fns)
+    def __init__(self, env_fns: dict[int, EnvFn], memory_mb: float | None = None):
+        self.guard = MemoryGuard(memory_mb)
+        self.envs, self.why = build_envs(env_fns, self.guard)
 
-    def ready(self) -> tuple[int, str | None]:
-        """This actor's pid, and why its envs could not be built (None when they were)."""
-        return os.getpid(), self.why
+    def ready(self) -> tuple[int, str | None, dict[int, bool]]:
+        """This actor's pid, why its envs could not be built (None when they were), and whether
+        each env may be replayed."""
+        return os.getpid(), self.why, env_traits(self.envs or {})
+
+    def begin(self) -> bool:
+        """Queued before a call's tasks: once it has run, a dying actor was running an env."""
+        return True
 
     def run(self, op: str, items: list[tuple[int, tuple]]) -> bytes:
-        return encode_replies(op, [(i, *run_op(self.envs[i], op, a)) for i, a in items])
+        return encode_replies(op, [answer(self.envs, self.guard, op, i, a) for i, a in items])
 
     def close(self) -> None:
         for env in (self.envs or {}).values():
@@ -78,6 +91,9 @@ class RayEnvPool(BasePool):
             actor holds in the call, shared by all actors; late actors are killed and replaced
             (``None``: wait forever).
         address: Ray address (``env.ray.address``); ``None``: ``RAY_ADDRESS`` or a local Ray.
+        worker_memory_mb: resident memory each actor may use (its envs together), enforced by a
+            guard inside the actor as in the process pool (``None``: no limit). Ray's own
+            ``memory`` option only reserves memory for scheduling; it enforces nothing.
         actor_options: extra ``ray.remote`` options for the actors (e.g. ``{"resources":
             {"envs": 1}}`` to place them on nodes that advertise an ``envs`` resource).
     """
@@ -90,6 +106,7 @@ class RayEnvPool(BasePool):
         step_timeout: float | None = None,
         address: str | None = None,
         actor_options: dict[str, Any] | None = None,
+        worker_memory_mb: float | None = None,
     ):
         if int(envs_per_actor) != envs_per_actor or envs_per_actor < 1:
             raise ValueError(
@@ -98,7 +115,7 @@ class RayEnvPool(BasePool):
         if not (math.isfinite(actor_num_cpus) and actor_num_cpus >= 0):
             raise ValueError(f"env.ray.num_cpus must be a finite number >= 0, got {actor_num_cpus}")
         n = len(env_fns)
-        super().__init__(env_fns, math.ceil(n / envs_per_actor), step_timeout)
+        super().__init__(env_fns, math.ceil(n / envs_per_actor), step_timeout, worker_memory_mb)
         self.num_actors = self.num_groups
         self.envs_per_actor = int(envs_per_actor)
         self._local: list = []
@@ -178,7 +195,7 @@ class RayEnvPool(BasePool):
             )
 
     def _start(self, a: int):
-        return self._actor_cls.remote(self._group_envs(a))
+        return self._actor_cls.remote(self._group_envs(a), self.worker_memory_mb)
 
     def _await_ready(self, actors: list[int]) -> None:
         """Wait (untimed) until the actors are placed and have built their envs; raise if not."""
@@ -190,7 +207,7 @@ class RayEnvPool(BasePool):
             for ref in done:
                 a = waiting.pop(ref)
                 try:
-                    pid, why = ray.get(ref)
+                    pid, why, traits = ray.get(ref)
                 except ray.exceptions.RayError as exc:
                     raise RuntimeError(
                         f"env actor {a} died while building its envs: {_short(exc)}"
@@ -198,6 +215,8 @@ class RayEnvPool(BasePool):
                 if why is not None:
                     raise RuntimeError(f"env actor {a}: {why}")
                 self._pids[a] = pid
+                for i, replayable in traits.items():
+                    self._replayable[i] = replayable
             if waiting and time.monotonic() - last >= _PLACEMENT_WARN_S:
                 last = time.monotonic()
                 warnings.warn(
@@ -207,31 +226,69 @@ class RayEnvPool(BasePool):
                 )
 
     def _exchange(
-        self, op: str, by_group: dict[int, list[tuple[int, tuple]]]
-    ) -> tuple[list[Reply], dict[int, str]]:
+        self,
+        op: str,
+        by_group: dict[int, list[tuple[int, tuple]]],
+        budget: tuple[float | None, str],
+    ) -> tuple[list[Reply], dict[int, WorkerFault]]:
         ray = self._ray
         self._await_ready(list(by_group))
-        refs = {self._actors[a].run.remote(op, items): a for a, items in by_group.items()}
-        deadline, late_why = self._deadline(by_group)
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        done, late = ray.wait(list(refs), num_returns=len(refs), timeout=left)
+        # One task per env, queued in order behind a "begin" task on its actor (which runs one
+        # task at a time): when an actor is late, its first unfinished task is the env it is
+        # running (none, if "begin" never ran).
+        tasks = {
+            a: (
+                self._actors[a].begin.remote(),
+                [self._actors[a].run.remote(op, [item]) for item in items],
+            )
+            for a, items in by_group.items()
+        }
+        refs = [r for begin, runs in tasks.values() for r in (begin, *runs)]
+        seconds, late_why = budget
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=seconds)
+        done = set(done)
         replies: list[Reply] = []
-        failed: dict[int, str] = {}
-        for ref in done:
-            a = refs[ref]
-            try:
-                replies.extend(pickle.loads(ray.get(ref)))
-            except ray.exceptions.RayError as exc:
-                failed[a] = f"actor {a} (pid {self._pids[a]}) died: {_short(exc)}"
-        for ref in late:
-            a = refs[ref]
-            failed[a] = f"actor {a} (pid {self._pids[a]}) {late_why}"
+        failed: dict[int, WorkerFault] = {}
+        for a, (begin, runs) in tasks.items():
+            fault = self._collect(a, by_group[a], begin, runs, done, late_why, replies)
+            if fault is not None:
+                failed[a] = fault
         for a in failed:
             with contextlib.suppress(Exception):
                 ray.kill(self._actors[a], no_restart=True)
             self._actors[a] = self._start(a)
             self._pids[a] = None
         return replies, failed
+
+    def _collect(
+        self, a: int, items: list, begin, runs: list, done: set, late_why: str, out: list[Reply]
+    ) -> WorkerFault | None:
+        """Actor ``a``'s answers, in order, into ``out``; what failed, if anything."""
+        ray = self._ray
+        who = f"actor {a} (pid {self._pids[a]})"
+        begun = begin in done and self._ok(begin)
+        for (i, _), ref in zip(items, runs):
+            if ref not in done:
+                return WorkerFault("timeout", f"{who} {late_why}", i if begun else None)
+            try:
+                reply = pickle.loads(ray.get(ref))[0]
+            except ray.exceptions.RayError as exc:
+                # No culprit: a dying actor can take the answers of the tasks it had just
+                # finished with it, so the first failed task need not be the one that killed it
+                # (the pool runs them again one at a time to find out).
+                return WorkerFault("crash", f"{who} died: {_short(exc)}", None)
+            out.append(reply)
+            _, ok, value = reply
+            if ok is False and isinstance(value, Fault) and value.kind == "memory":
+                return WorkerFault("memory", value.message, i)
+        return None
+
+    def _ok(self, ref) -> bool:
+        try:
+            self._ray.get(ref)
+        except self._ray.exceptions.RayError:
+            return False
+        return True
 
 
 def _short(exc: BaseException) -> str:

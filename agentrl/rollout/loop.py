@@ -63,6 +63,9 @@ class EpisodeResult:
     sampling_seed: int | None = (
         None  # the seed its chunk sampled with (steps derive theirs from it)
     )
+    # The env pool's error kind (agentrl.pool.ERROR_KINDS) when an env fault cut the episode: the
+    # cut step costs no invalid-action penalty and the trainer leaves the episode out of credit.
+    fault: str | None = None
 
     @property
     def total_reward(self) -> float:
@@ -82,6 +85,10 @@ class RolloutStats:
     response_tokens: int = 0
     engine_calls: int = 0
     prompt_overflows: int = 0
+    episodes: int = 0  # episodes played
+    env_errors: dict[str, int] = field(default_factory=dict)  # episodes cut by env faults, by kind
+    env_restarts: int = 0  # env workers the pool restarted
+    env_replayed: int = 0  # episodes the pool restored on a restarted worker by replaying them
 
 
 class _ActionTokens:
@@ -136,6 +143,8 @@ def run_episodes(
             **{**sampling.__dict__, "stop_token_ids": tuple(sampling.stop_token_ids) + (stop_id,)}
         )
     action_tokens = _ActionTokens(tokenizer, fmt, stop_id)
+    stats.episodes += n
+    restarts, replayed = getattr(pool, "restarts", 0), getattr(pool, "replayed", 0)
     first = pool.reset(list(range(n)), [r.seed for r in resets], [r.options for r in resets])
     episodes = [
         EpisodeResult(
@@ -255,10 +264,10 @@ def run_episodes(
                 if allowed is not None and allowed[j] is not None
                 else None
             )
-            valid = (
-                p_action is not None
-                and bool(info.get("action_valid", True))
-                and "error" not in info
+            # An env fault (the pool sets info["error"]) is no verdict on the action: only a
+            # parse failure makes such a step invalid; info is then the last good step's.
+            valid = p_action is not None and (
+                "error" in info or bool(info.get("action_valid", True))
             )
             ep = episodes[k]
             ep.steps.append(
@@ -288,6 +297,8 @@ def run_episodes(
             ep.won, ep.score = bool(info.get("won", False)), float(info.get("score", 0.0))
             if "error" in info:
                 ep.error = str(info["error"])
+                ep.fault = str(info.get("error_kind", "exception"))
+                stats.env_errors[ep.fault] = stats.env_errors.get(ep.fault, 0) + 1
             if res.terminated or res.truncated or t + 1 >= max_steps:
                 ep.terminated = bool(res.terminated)
                 ep.truncated = not res.terminated
@@ -297,4 +308,6 @@ def run_episodes(
         stats.prompt_s += t1 - t0
         stats.generate_s += t2 - t1
         stats.env_s += t3 - t2
+    stats.env_restarts += getattr(pool, "restarts", 0) - restarts
+    stats.env_replayed += getattr(pool, "replayed", 0) - replayed
     return episodes
