@@ -135,8 +135,9 @@ class FaultySokoban(FragileSokoban):
     """5x5 Sokoban (the default training env) that misbehaves on its own, for training runs.
 
     ``fault``: the :class:`FragileSokoban` action it performs instead of the agent's at step
-    ``at_step`` of an episode, in episodes whose reset seed is divisible by ``every`` (so whole
-    groups fault together, at a rate of about 1/``every``). ``every=1``: every episode.
+    ``at_step`` of an episode, in training episodes whose reset seed is divisible by ``every`` (so
+    whole groups fault together, at a rate of about 1/``every``; ``every=1``: every episode).
+    Held-out evaluation (reset by task id) never faults.
     """
 
     def __init__(self, fault: str = "none_obs", every: int = 4, at_step: int = 1, **kwargs):
@@ -147,7 +148,8 @@ class FaultySokoban(FragileSokoban):
         self._faulty, self._t = False, 0
 
     def reset(self, *, seed=None, options=None):
-        self._faulty = seed is not None and seed % self.every == 0
+        # training resets (a seed, no task id); held-out evaluation passes a task id
+        self._faulty = seed is not None and not options and seed % self.every == 0
         self._t = 0
         return super().reset(seed=seed, options=options)
 

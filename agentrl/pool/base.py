@@ -249,7 +249,8 @@ class BasePool:
                 return False, value
             self._broken.pop(i, None)
             self._last[i] = value
-            self._episodes[i] = _Episode(args[0], args[1], digests=[digest(value[0])])
+            if self.num_groups:  # envs in this process are never restarted: nothing to replay
+                self._episodes[i] = _Episode(args[0], args[1], digests=[digest(value[0])])
             return True, value
         return ok, value
 

@@ -69,7 +69,7 @@ def _what(value: Any) -> str:
 
 
 def _is_flag(value: Any) -> bool:
-    return isinstance(value, bool | np.bool_)
+    return type(value) is bool or isinstance(value, np.bool_)
 
 
 def _check_info(info: Any) -> str | None:
@@ -95,10 +95,14 @@ def _check_info(info: Any) -> str | None:
 
 
 def _is_number(value: Any) -> bool:
+    if type(value) is float or type(value) is int:  # the common case, without the ABC check
+        return True
     return isinstance(value, numbers.Real) and not _is_flag(value)
 
 
 def _is_finite(value: Any) -> bool:
+    if type(value) is float:
+        return math.isfinite(value)
     try:
         return _is_number(value) and math.isfinite(float(value))
     except (OverflowError, ValueError, TypeError):

@@ -1,8 +1,8 @@
 """Env pool backend: worker processes on this machine (:class:`EnvPool`).
 
 With ``num_workers=0`` the envs live in this process; otherwise env ``i`` lives in worker
-``i % num_workers``. Every call sends one message per worker; a worker first says it has begun,
-then answers each env as soon as it has run it, so when a worker dies or misses its deadline the
+``i % num_workers``. Every call sends one message per worker and gets one back; while it runs an
+env a worker keeps that env's index in shared memory, so when it dies or misses its deadline the
 pool knows which env it was running (the contract is :class:`agentrl.pool.base.BasePool`'s).
 """
 
@@ -31,10 +31,19 @@ from .worker import (
 
 __all__ = ["EnvPool"]
 
-_BEGIN = pickle.dumps(None)  # "I have your call": what a worker sends before its first answer
+_IDLE = -1  # what a worker's progress value holds between env operations
 
 
-def _worker(conn, env_fns: dict[int, EnvFn], memory_mb: float | None) -> None:
+def _memory_fault(replies: list[Reply]) -> WorkerFault | None:
+    """A worker that answered an env with a memory fault must be restarted (it is over its
+    limit and has left the rest of the call undone)."""
+    for i, ok, value in replies:
+        if ok is False and isinstance(value, Fault) and value.kind == "memory":
+            return WorkerFault("memory", value.message, i)
+    return None
+
+
+def _worker(conn, env_fns: dict[int, EnvFn], memory_mb: float | None, progress) -> None:
     guard = MemoryGuard(memory_mb)
     envs, why = build_envs(env_fns, guard)
     traits = env_traits(envs) if envs is not None else {}
@@ -48,9 +57,12 @@ def _worker(conn, env_fns: dict[int, EnvFn], memory_mb: float | None) -> None:
             if msg is None:
                 break
             op, items = msg
-            conn.send_bytes(_BEGIN)
+            replies = []
             for i, a in items:
-                conn.send_bytes(encode_replies(op, [answer(envs, guard, op, i, a)]))
+                progress.value = i  # read by the pool if this worker dies or hangs now
+                replies.append(answer(envs, guard, op, i, a))
+            progress.value = _IDLE
+            conn.send_bytes(encode_replies(op, replies))
     except (EOFError, KeyboardInterrupt):
         pass
     finally:
@@ -64,35 +76,24 @@ class _Worker:
     def __init__(self, ctx, env_fns: dict[int, EnvFn], memory_mb: float | None):
         self.env_fns = env_fns
         self.ready = False
+        self.progress = ctx.RawValue("l", _IDLE)  # the env it is running, in shared memory
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_worker, args=(child, env_fns, memory_mb), daemon=True)
+        self.process = ctx.Process(
+            target=_worker, args=(child, env_fns, memory_mb, self.progress), daemon=True
+        )
         self.process.start()
         child.close()
+
+    def running(self) -> int | None:
+        """The env this worker is running now (``None`` between env operations)."""
+        i = int(self.progress.value)
+        return None if i == _IDLE else i
 
     def kill(self) -> None:
         if self.process.is_alive():
             self.process.kill()
         self.process.join(timeout=5)
         self.conn.close()
-
-
-class _Call:
-    """One worker's share of a call: its items, whether it has begun, the answers so far."""
-
-    def __init__(self, items: list[tuple[int, tuple]]):
-        self.items = items
-        self.begun = False
-        self.replies: list[Reply] = []
-
-    @property
-    def done(self) -> bool:
-        return len(self.replies) == len(self.items)
-
-    def running(self) -> int | None:
-        """The env the worker was running: the first without an answer once it had begun."""
-        if not self.begun or self.done:
-            return None
-        return self.items[len(self.replies)][0]
 
 
 class EnvPool(BasePool):
@@ -172,7 +173,7 @@ class EnvPool(BasePool):
         budget: tuple[float | None, str],
     ) -> tuple[list[Reply], dict[int, WorkerFault]]:
         self._await_ready(list(by_group))
-        calls = {w: _Call(items) for w, items in by_group.items()}
+        replies: list[Reply] = []
         failed: dict[int, WorkerFault] = {}
         pending: dict[Any, int] = {}
         for w, items in by_group.items():
@@ -189,45 +190,31 @@ class EnvPool(BasePool):
             ready = wait([*pending, *sentinels], timeout=left)
             if not ready:  # the deadline passed: every worker still pending is late
                 for w in pending.values():
-                    why = f"worker {w} (pid {self._workers[w].process.pid}) {late}"
-                    failed[w] = WorkerFault("timeout", why, calls[w].running())
+                    worker = self._workers[w]
+                    why = f"worker {w} (pid {worker.process.pid}) {late}"
+                    failed[w] = WorkerFault("timeout", why, worker.running())
                 break
-            for w in {pending.get(obj, sentinels.get(obj)) for obj in ready}:
-                conn = self._workers[w].conn
-                if conn not in pending:
+            for obj in ready:
+                w = pending.get(obj, sentinels.get(obj))
+                if w is None or self._workers[w].conn not in pending:
                     continue
-                fault = self._read(w, calls[w])
-                if fault is not None:
-                    failed[w] = fault
-                if fault is not None or calls[w].done:
-                    del pending[conn]
+                worker = self._workers[w]
+                try:
+                    if obj is worker.conn or worker.conn.poll():
+                        answers = pickle.loads(worker.conn.recv_bytes())
+                        replies.extend(answers)
+                        fault = _memory_fault(answers)
+                        if fault is not None:
+                            failed[w] = fault
+                    else:  # the process ended without answering
+                        failed[w] = WorkerFault(*self._death(w), worker.running())
+                except (EOFError, OSError):
+                    failed[w] = WorkerFault(*self._death(w), worker.running())
+                del pending[worker.conn]
         for w in failed:
             self._workers[w].kill()
             self._workers[w] = self._start(w)
-        replies = [r for call in calls.values() for r in call.replies]
         return replies, failed
-
-    def _read(self, w: int, call: _Call) -> WorkerFault | None:
-        """Take every message worker ``w`` has sent; a fault if it died or went over memory."""
-        conn = self._workers[w].conn
-        try:
-            while not call.done and conn.poll():
-                data = conn.recv_bytes()
-                if data == _BEGIN:
-                    call.begun = True
-                    continue
-                for reply in pickle.loads(data):
-                    call.replies.append(reply)
-                    i, ok, value = reply
-                    if ok is False and isinstance(value, Fault) and value.kind == "memory":
-                        return WorkerFault("memory", value.message, i)
-        except (EOFError, OSError):
-            pass
-        if call.done:
-            return None
-        if self._workers[w].process.is_alive():
-            return None  # more to come
-        return WorkerFault(*self._death(w), call.running())
 
     def _death(self, w: int) -> tuple[str, str]:
         """``(kind, why)`` worker ``w`` is gone, with its exit code or the signal that killed it."""

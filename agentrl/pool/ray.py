@@ -1,16 +1,15 @@
 """The env pool on Ray: the ``EnvPool`` contract with the envs in Ray actors, anywhere on a cluster.
 
 Env ``i`` lives in actor ``i % num_actors`` (``num_actors = ceil(N / envs_per_actor)``); every call
-queues one task per env on its actor (behind a ``begin`` task), so actors step their envs
-concurrently and a late actor's first unfinished task is the env it hangs in, and waits for all
-of them under one deadline (``step_timeout`` per env of the busiest actor in the call). Failures are
+sends one batched task per actor, so actors step their envs concurrently, and waits for all of them
+under one deadline (``step_timeout`` per env of the busiest actor in the call). Failures are
 handled as in the process pool (:class:`agentrl.pool.base.BasePool`): an env that raises or returns
 a malformed result ends its episode; an actor that dies (``ray.kill``, a crash of its process, a
 lost node), misses the deadline or goes over ``worker_memory_mb`` is killed and replaced, the env
 it was running loses its episode, and its other live episodes are replayed on the replacement.
-A dying actor can lose the answers of tasks it had just finished, so after a death its unfinished
-envs run again one at a time: a fault that recurs is pinned on its env (one more restart), one
-that does not costs no episode.
+A late actor says (on a second thread) which env it hangs in; a dead one cannot, so after a death
+the call's envs of that actor run again one at a time: a fault that recurs is pinned on its env
+(one more restart), one that does not costs no episode.
 
 Results travel as plain ``pickle`` bytes (not Ray's serializer), so the same objects can or cannot
 cross in both backends, and an unpicklable ``info`` ends only its own episode.
@@ -42,6 +41,8 @@ __all__ = ["RayEnvPool"]
 
 #: Seconds between warnings while actors wait to be placed or to build their envs.
 _PLACEMENT_WARN_S = 60.0
+#: Seconds a late actor gets to say which env it hangs in.
+_ASK_S = 5.0
 
 
 def _import_ray():
@@ -55,23 +56,30 @@ def _import_ray():
 
 
 class _EnvActor:
-    """Holds a few envs in one Ray worker process; each env of a call is one task, run in order."""
+    """Holds a few envs in one Ray worker process; each call is one batched task. A second
+    thread answers :meth:`running` while a call runs, so a late actor can say where it hangs."""
 
     def __init__(self, env_fns: dict[int, EnvFn], memory_mb: float | None = None):
         self.guard = MemoryGuard(memory_mb)
         self.envs, self.why = build_envs(env_fns, self.guard)
+        self.current: int | None = None
 
     def ready(self) -> tuple[int, str | None, dict[int, bool]]:
         """This actor's pid, why its envs could not be built (None when they were), and whether
         each env may be replayed."""
         return os.getpid(), self.why, env_traits(self.envs or {})
 
-    def begin(self) -> bool:
-        """Queued before a call's tasks: once it has run, a dying actor was running an env."""
-        return True
+    def running(self) -> int | None:
+        """The env the actor is running now (``None`` between calls)."""
+        return self.current
 
     def run(self, op: str, items: list[tuple[int, tuple]]) -> bytes:
-        return encode_replies(op, [answer(self.envs, self.guard, op, i, a) for i, a in items])
+        replies = []
+        for i, a in items:
+            self.current = i
+            replies.append(answer(self.envs, self.guard, op, i, a))
+        self.current = None
+        return encode_replies(op, replies)
 
     def close(self) -> None:
         for env in (self.envs or {}).values():
@@ -125,7 +133,9 @@ class RayEnvPool(BasePool):
         self._owns_ray = self._connect(address, self.num_actors * actor_num_cpus)
         try:
             self._check_resources(actor_num_cpus)
-            options = {"num_cpus": actor_num_cpus, "max_restarts": 0, "max_concurrency": 1}
+            # two threads: one runs the calls (one at a time: the pool waits for each), the other
+            # answers running() for an actor that missed its deadline
+            options = {"num_cpus": actor_num_cpus, "max_restarts": 0, "max_concurrency": 2}
             options.update(actor_options or {})
             self._actor_cls = self._ray.remote(**options)(_EnvActor)
             self._actors = [self._start(a) for a in range(self.num_actors)]
@@ -233,26 +243,28 @@ class RayEnvPool(BasePool):
     ) -> tuple[list[Reply], dict[int, WorkerFault]]:
         ray = self._ray
         self._await_ready(list(by_group))
-        # One task per env, queued in order behind a "begin" task on its actor (which runs one
-        # task at a time): when an actor is late, its first unfinished task is the env it is
-        # running (none, if "begin" never ran).
-        tasks = {
-            a: (
-                self._actors[a].begin.remote(),
-                [self._actors[a].run.remote(op, [item]) for item in items],
-            )
-            for a, items in by_group.items()
-        }
-        refs = [r for begin, runs in tasks.values() for r in (begin, *runs)]
+        refs = {self._actors[a].run.remote(op, items): a for a, items in by_group.items()}
         seconds, late_why = budget
-        done, _ = ray.wait(refs, num_returns=len(refs), timeout=seconds)
-        done = set(done)
+        done, late = ray.wait(list(refs), num_returns=len(refs), timeout=seconds)
         replies: list[Reply] = []
         failed: dict[int, WorkerFault] = {}
-        for a, (begin, runs) in tasks.items():
-            fault = self._collect(a, by_group[a], begin, runs, done, late_why, replies)
-            if fault is not None:
-                failed[a] = fault
+        for ref in done:
+            a = refs[ref]
+            try:
+                answers = pickle.loads(ray.get(ref))
+            except ray.exceptions.RayError as exc:
+                # Ray does not say which env was running when the actor died: the pool runs the
+                # actor's envs of this call again one at a time to find out.
+                failed[a] = WorkerFault("crash", f"{self._who(a)} died: {_short(exc)}", None)
+                continue
+            replies.extend(answers)
+            for i, ok, value in answers:
+                if ok is False and isinstance(value, Fault) and value.kind == "memory":
+                    failed[a] = WorkerFault("memory", value.message, i)
+                    break
+        for ref in late:
+            a = refs[ref]
+            failed[a] = WorkerFault("timeout", f"{self._who(a)} {late_why}", self._running(a))
         for a in failed:
             with contextlib.suppress(Exception):
                 ray.kill(self._actors[a], no_restart=True)
@@ -260,35 +272,15 @@ class RayEnvPool(BasePool):
             self._pids[a] = None
         return replies, failed
 
-    def _collect(
-        self, a: int, items: list, begin, runs: list, done: set, late_why: str, out: list[Reply]
-    ) -> WorkerFault | None:
-        """Actor ``a``'s answers, in order, into ``out``; what failed, if anything."""
-        ray = self._ray
-        who = f"actor {a} (pid {self._pids[a]})"
-        begun = begin in done and self._ok(begin)
-        for (i, _), ref in zip(items, runs):
-            if ref not in done:
-                return WorkerFault("timeout", f"{who} {late_why}", i if begun else None)
-            try:
-                reply = pickle.loads(ray.get(ref))[0]
-            except ray.exceptions.RayError as exc:
-                # No culprit: a dying actor can take the answers of the tasks it had just
-                # finished with it, so the first failed task need not be the one that killed it
-                # (the pool runs them again one at a time to find out).
-                return WorkerFault("crash", f"{who} died: {_short(exc)}", None)
-            out.append(reply)
-            _, ok, value = reply
-            if ok is False and isinstance(value, Fault) and value.kind == "memory":
-                return WorkerFault("memory", value.message, i)
-        return None
+    def _who(self, a: int) -> str:
+        return f"actor {a} (pid {self._pids[a]})"
 
-    def _ok(self, ref) -> bool:
+    def _running(self, a: int) -> int | None:
+        """The env late actor ``a`` hangs in (asked on its second thread), if it can say."""
         try:
-            self._ray.get(ref)
-        except self._ray.exceptions.RayError:
-            return False
-        return True
+            return self._ray.get(self._actors[a].running.remote(), timeout=_ASK_S)
+        except Exception:
+            return None
 
 
 def _short(exc: BaseException) -> str:

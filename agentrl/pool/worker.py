@@ -87,6 +87,9 @@ class MemoryGuard:
 
     @contextlib.contextmanager
     def busy(self) -> Iterator[None]:
+        if self.limit_mb is None:
+            yield
+            return
         self._busy.set()
         try:
             yield
