@@ -61,8 +61,8 @@ class MemoryGuard:
     After every env call the worker compares its memory with the limit: over it, that call's env
     is blamed (``Fault("memory", ...)``) and the worker answers the rest of the call as not run,
     so the pool restarts it (which frees the memory). During a call a watchdog thread looks every
-    0.1 s, so a single call that balloons ends the process (exit code :data:`EXIT_OVER_MEMORY`)
-    before it takes the machine down.
+    0.1 s, so a single call that stays over the limit for two looks ends the process (exit code
+    :data:`EXIT_OVER_MEMORY`) before it takes the machine down.
     """
 
     def __init__(self, limit_mb: float | None):
@@ -97,10 +97,14 @@ class MemoryGuard:
             self._busy.clear()
 
     def _watch(self) -> None:
+        over = 0  # consecutive looks over the limit during a call
         while True:
             self._busy.wait()
             time.sleep(_WATCH_S)
-            if self._busy.is_set() and rss_mb() > self.limit_mb:
+            over = over + 1 if self._busy.is_set() and rss_mb() > self.limit_mb else 0
+            # twice in a row: a call that merely ended over the limit is left to the check after
+            # it (which blames its env without killing the worker mid-call)
+            if over >= 2:
                 print(
                     f"agentrl env worker {os.getpid()}: resident memory {rss_mb():.0f} MiB over "
                     f"env.worker_memory_mb={self.limit_mb:g} during an env call; exiting",
