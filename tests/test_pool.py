@@ -1,5 +1,7 @@
-"""The env pool, on both backends: groups start from one state, results match in-process, failures
-are contained to the affected episodes, one deadline per call, and close() leaves nothing behind.
+"""The env pool, on both backends: groups start from one state, results match in-process, every
+malformed result or exception costs only its own episode, a crashed, hung or over-memory worker
+costs only the episode of the env it was running (its other episodes are replayed and end as in
+an unfaulted run), one deadline per call, and close() leaves nothing behind.
 
 The Ray cases share one local Ray (2 CPUs) started by a module-scoped fixture.
 """

@@ -22,7 +22,15 @@ from agentrl import envs
 from .checks import Fault, StepResult, check_reset, check_step, digest
 from .worker import Reply, run_op
 
-__all__ = ["BasePool", "EnvFn", "EnvSpec", "ResetSpec", "StepResult", "WorkerFault"]
+__all__ = [
+    "BasePool",
+    "EnvFn",
+    "EnvSpec",
+    "ResetSpec",
+    "StepResult",
+    "WorkerFault",
+    "memory_fault",
+]
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,15 @@ class WorkerFault(NamedTuple):
     kind: str
     message: str
     culprit: int | None
+
+
+def memory_fault(replies: list[Reply]) -> WorkerFault | None:
+    """The fault of a worker that answered an env with a memory fault: it is over its limit and
+    left the rest of the call undone, so it must be restarted."""
+    for i, ok, value in replies:
+        if ok is False and isinstance(value, Fault) and value.kind == "memory":
+            return WorkerFault("memory", value.message, i)
+    return None
 
 
 @dataclass

@@ -17,8 +17,7 @@ from collections.abc import Sequence
 from multiprocessing.connection import wait
 from typing import Any
 
-from .base import BasePool, EnvFn, WorkerFault
-from .checks import Fault
+from .base import BasePool, EnvFn, WorkerFault, memory_fault
 from .worker import (
     EXIT_OVER_MEMORY,
     MemoryGuard,
@@ -32,15 +31,6 @@ from .worker import (
 __all__ = ["EnvPool"]
 
 _IDLE = -1  # what a worker's progress value holds between env operations
-
-
-def _memory_fault(replies: list[Reply]) -> WorkerFault | None:
-    """A worker that answered an env with a memory fault must be restarted (it is over its
-    limit and has left the rest of the call undone)."""
-    for i, ok, value in replies:
-        if ok is False and isinstance(value, Fault) and value.kind == "memory":
-            return WorkerFault("memory", value.message, i)
-    return None
 
 
 def _worker(conn, env_fns: dict[int, EnvFn], memory_mb: float | None, progress) -> None:
@@ -203,7 +193,7 @@ class EnvPool(BasePool):
                     if obj is worker.conn or worker.conn.poll():
                         answers = pickle.loads(worker.conn.recv_bytes())
                         replies.extend(answers)
-                        fault = _memory_fault(answers)
+                        fault = memory_fault(answers)
                         if fault is not None:
                             failed[w] = fault
                     else:  # the process ended without answering

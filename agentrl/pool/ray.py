@@ -33,8 +33,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from .base import BasePool, EnvFn, WorkerFault
-from .checks import Fault
+from .base import BasePool, EnvFn, WorkerFault, memory_fault
 from .worker import MemoryGuard, Reply, answer, build_envs, encode_replies, env_traits
 
 __all__ = ["RayEnvPool"]
@@ -258,10 +257,9 @@ class RayEnvPool(BasePool):
                 failed[a] = WorkerFault("crash", f"{self._who(a)} died: {_short(exc)}", None)
                 continue
             replies.extend(answers)
-            for i, ok, value in answers:
-                if ok is False and isinstance(value, Fault) and value.kind == "memory":
-                    failed[a] = WorkerFault("memory", value.message, i)
-                    break
+            fault = memory_fault(answers)
+            if fault is not None:
+                failed[a] = fault
         for ref in late:
             a = refs[ref]
             failed[a] = WorkerFault("timeout", f"{self._who(a)} {late_why}", self._running(a))
