@@ -174,6 +174,16 @@ class EnvConfig:
         "seconds per env call; one deadline per pool call = this x the busiest worker's envs in it (null: none)",
         optional(POSITIVE),
     )
+    worker_memory_mb: float | None = opt(
+        None,
+        "resident memory (MiB) one env worker or Ray actor may use, its envs together; over it, the worker is restarted and the env it was running loses its episode (null: no limit)",
+        optional(POSITIVE),
+    )
+    max_error_rate: float = opt(
+        0.5,
+        "stop training when more than this fraction of an iteration's episodes end in env errors (the env is broken, not flaky)",
+        num(0, 1, hi_open=True),
+    )
 
     backend: str = opt(
         "process",

@@ -90,6 +90,9 @@ class EpisodeResult:
     truncated: bool = False
     error: str | None = None
     sampling_seed: int | None = None  # the seed its chunk sampled with (steps derive theirs)
+    # The env pool's error kind (agentrl.pool.ERROR_KINDS) when an env fault cut the episode: the
+    # cut step costs no invalid-action penalty and the trainer leaves the episode out of credit.
+    fault: str | None = None
 
     @property
     def total_reward(self) -> float:
@@ -112,6 +115,10 @@ class RolloutStats:
     response_tokens: int = 0
     engine_calls: int = 0
     prompt_overflows: int = 0
+    episodes: int = 0  # episodes played
+    env_errors: dict[str, int] = field(default_factory=dict)  # episodes cut by env faults, by kind
+    env_restarts: int = 0  # env workers the pool restarted
+    env_replayed: int = 0  # episodes the pool restored on a restarted worker by replaying them
 
 
 @dataclass(frozen=True)
@@ -239,7 +246,9 @@ def _record(ep: Episode, move: Move, res: StepResult, max_steps: int | None) -> 
     info, r = res.info, ep.result
     before = len(ep.info.get("milestones", ()) or ())
     after = len(info.get("milestones", ()) or ())
-    valid = move.action is not None and bool(info.get("action_valid", True)) and "error" not in info
+    # An env fault (the pool sets info["error"]) is no verdict on the action: only a parse
+    # failure makes such a step invalid (info is then the last good step's).
+    valid = move.action is not None and ("error" in info or bool(info.get("action_valid", True)))
     r.steps.append(
         StepRecord(
             prompt_ids=list(move.prompt_ids),
@@ -265,6 +274,7 @@ def _record(ep: Episode, move: Move, res: StepResult, max_steps: int | None) -> 
     r.won, r.score = bool(info.get("won", False)), float(info.get("score", 0.0))
     if "error" in info:  # the pool cut the episode (its env raised, its worker died or hung)
         r.error = str(info["error"])
+        r.fault = str(info.get("error_kind", "exception"))
     capped = max_steps is not None and ep.steps >= max_steps
     if res.terminated or res.truncated or capped or "error" in info:
         r.terminated, r.truncated = bool(res.terminated), not res.terminated
@@ -295,7 +305,13 @@ def _step(
     if stepped:
         t0 = time.perf_counter()
         results = slots.pool.step([ep.slot for ep, _ in stepped], [m.text for _, m in stepped])
-        ended += [ep for (ep, m), res in zip(stepped, results) if _record(ep, m, res, max_steps)]
+        for (ep, m), res in zip(stepped, results):
+            if not _record(ep, m, res, max_steps):
+                continue
+            ended.append(ep)
+            fault = ep.result.fault
+            if stats is not None and fault is not None:  # an env fault cut it: counted by kind
+                stats.env_errors[fault] = stats.env_errors.get(fault, 0) + 1
         if stats is not None:
             stats.env_s += time.perf_counter() - t0
     ended.sort(key=lambda ep: ep.slot)
@@ -341,6 +357,9 @@ def play_episodes(
     slots = _Slots(
         pool, policy, resets, list(resets if tasks is None else tasks), traj_offset, on_finish
     )
+    restarts, replayed = getattr(pool, "restarts", 0), getattr(pool, "replayed", 0)
+    if stats is not None:
+        stats.episodes += len(resets)
     slots.start(range(width))
     # Step `horizon` is the last an episode started so far can reach (under a cap).
     step, horizon = 0, max_steps
@@ -357,4 +376,7 @@ def play_episodes(
         elif step_sync is None:
             break
         step += 1
+    if stats is not None:
+        stats.env_restarts += getattr(pool, "restarts", 0) - restarts
+        stats.env_replayed += getattr(pool, "replayed", 0) - replayed
     return list(slots.results)

@@ -52,6 +52,7 @@ from .learner.weights import policy_state_dict
 from .methods import TrainerHooks, build_runner, trainer_hooks
 from .models import apply_lora, load_model
 from .pool import EnvSpec, backend_options, make_pool
+from .pool.accounting import error_metrics, error_rate_stop
 from .rollout import RolloutStats
 from .rollout.runner import EpisodeRunner, chunk_seed, eval_seed
 from .training import data_parallel as DP
@@ -201,6 +202,12 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
             stats = RolloutStats()
             with Timer() as t_roll:  # 1. rollout (+ dynamic sampling's extra groups)
                 eps, roll_metrics = play_iteration(cfg, it, train_ids, runner, stats)
+            stats = DP.reduce_stats(stats)  # global counts: every rank decides to stop alike
+            example = next((ep.error for ep in eps if ep.fault is not None), None)
+            why = error_rate_stop(stats.env_errors, stats.episodes, e.max_error_rate, e.id, example)
+            if why is not None:
+                raise TrainingStopped(f"iteration {it + 1}: {why}")
+            eps = [ep for ep in eps if ep.fault is None]  # env faults are left out of credit
             with Timer() as t_credit:  # 2. step batch (+ declared inputs)  3. credit
                 values, embeddings = features(
                     learner, model, eps, hooks.prompt_features, cfg.credit.embedding_layer
@@ -226,9 +233,10 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
                     learner.sync_to(p.engine_model)
                 if r.backend != "hf":  # the hf engine samples from the learner's own model
                     backend.update_weights(policy_state_dict(p.engine_model or model))
-            row = train_row(it, DP.gather_episodes(eps), batch.group, DP.reduce_stats(stats), res,
+            errs = error_metrics(stats.env_errors, stats.env_restarts, stats.env_replayed)
+            row = train_row(it, DP.gather_episodes(eps), batch.group, stats, res,
                             upd, t_roll, t_credit, t_upd,
-                            {**roll_metrics, **tok_metrics})  # 5. log  # fmt: skip
+                            {**roll_metrics, **tok_metrics, **errs})  # 5. log  # fmt: skip
             row = DP.reduce_times(row)
             log(row)
             progress.update(it + 1, row)

@@ -7,12 +7,13 @@
 pool's workers import them by module name.
 
 Each round steps every env once; about ``--fault-rate`` of the envs get a fault (the env raises,
-returns an unpicklable ``info``, exits, segfaults, is SIGKILLed, or hangs past ``--timeout``), the
-others a move. Counted: faults tried; faults whose episode was cut with an error naming the
-cause (``clear_error``); calls that raised out of the pool (``crashed``); calls that overran the
-deadline by more than 5 s (``hung``); episodes cut although their worker was healthy
-(``collateral``); cut episodes whose error names the wrong cause (``wrong_cause``). Envs that
-share a worker with a fatal fault are cut by design (``cut_with_worker``). The faulty env is
+returns a malformed result or an unpicklable ``info``, exits, segfaults, is SIGKILLed, or hangs
+past ``--timeout``), the others a move. Counted: faults tried; faults whose episode was cut with
+an error naming the cause (``clear_error``); calls that raised out of the pool (``crashed``);
+calls that overran their deadlines by more than 5 s each (``hung``); episodes of healthy envs
+that were cut (``collateral``; envs that share a worker with a fatal fault are replayed on the
+restarted worker, so this stays 0); cut episodes whose error names the wrong cause
+(``wrong_cause``); episodes restored by replay (``replayed``). The faulty env is
 ``tests/pool_envs.py``'s ``FragileSokoban``.
 
 ``--deadline``: instead, the wall time of one ``step`` call in which 1, 2 and 4 of 4 workers hang
@@ -33,7 +34,7 @@ from agentrl.pool import make_pool
 
 ROOT = Path(__file__).resolve().parents[1]
 
-KEYS = ("tried", "clear_error", "crashed", "hung", "collateral", "wrong_cause", "cut_with_worker")
+KEYS = ("tried", "clear_error", "crashed", "hung", "collateral", "wrong_cause", "replayed")
 
 
 def _init_ray() -> None:

@@ -1,5 +1,7 @@
-"""The env pool, on both backends: groups start from one state, results match in-process, failures
-are contained to the affected episodes, one deadline per call, and close() leaves nothing behind.
+"""The env pool, on both backends: groups start from one state, results match in-process, every
+malformed result or exception costs only its own episode, a crashed, hung or over-memory worker
+costs only the episode of the env it was running (its other episodes are replayed and end as in
+an unfaulted run), one deadline per call, and close() leaves nothing behind.
 
 The Ray cases share one local Ray (2 CPUs) started by a module-scoped fixture.
 """
@@ -15,7 +17,14 @@ import time
 from pathlib import Path
 
 import pytest
-from pool_envs import broken, fragile
+from pool_envs import (
+    BAD_OUTPUTS,
+    FragileSokoban,
+    broken,
+    drifting,
+    fragile,
+    one_shot,
+)
 
 from agentrl.pool import EnvPool, EnvSpec, make_pool
 
@@ -126,30 +135,57 @@ def test_both_backends_give_the_same_results_as_in_process(ray_session):
     assert traces[0] == traces[1] == traces[2]
 
 
-def test_a_killed_worker_is_restarted_and_its_episodes_end_truncated(backend):
+def play(pool, script: list[list[str]]) -> list[list[tuple]]:
+    """Step every env of ``pool`` through ``script`` (one action per env per step), stepping an
+    env only while its episode runs; returns each env's trace of results."""
+    n = len(script[0])
+    traces: list[list[tuple]] = [[] for _ in range(n)]
+    live = list(range(n))
+    for actions in script:
+        if not live:
+            break
+        results = pool.step(live, [actions[i] for i in live])
+        for i, r in zip(live, results):
+            traces[i].append((r.observation, r.reward, r.terminated, r.truncated,
+                              r.info.get("error"), r.info.get("error_kind")))  # fmt: skip
+        live = [i for i, r in zip(live, results) if not (r.terminated or r.truncated)]
+    return traces
+
+
+MOVES = ["up", "left", "down", "right"]
+
+
+def moves(n_envs: int, n_steps: int) -> list[list[str]]:
+    """A fixed script of moves, different per env."""
+    return [[MOVES[(t + i) % 4] for i in range(n_envs)] for t in range(n_steps)]
+
+
+def reference(fns, script, seeds) -> list[list[tuple]]:
+    """The traces of an unfaulted in-process pool."""
+    with EnvPool(fns, num_workers=0) as pool:
+        pool.reset(seeds=seeds)
+        return play(pool, script)
+
+
+def test_a_worker_killed_while_idle_costs_no_episode(backend):
+    # Worker 0 (envs 0 and 2) dies between calls: it had begun nothing, so no env is to blame;
+    # its two episodes are replayed on the replacement and go on exactly as unfaulted ones.
+    script = moves(4, 4)
+    expected = reference([SPEC] * 4, script, [0, 1, 2, 3])
     with open_pool(backend, [SPEC] * 4, 2) as pool:
         pool.reset(seeds=[0, 1, 2, 3])
-        expected = kill_worker(pool, backend, 0)
-        results = pool.step([0, 1, 2, 3], ["up"] * 4)
-        # Worker 0 held envs 0 and 2.
-        for i in (0, 2):
-            assert results[i].truncated and not results[i].terminated
-            assert expected in results[i].info["error"]
-            assert results[i].info["task_id"] == str(i)  # the last known info is kept
-        for i in (1, 3):
-            assert "error" not in results[i].info
-        assert pool.restarts == 1
-        # Until reset, the cut episodes stay cut; after reset, they run normally again.
-        assert pool.step([0], ["up"])[0].truncated
-        pool.reset([0, 2], seeds=[0, 2])
-        assert all("error" not in r.info for r in pool.step([0, 1, 2, 3], ["up"] * 4))
+        first = play(pool, script[:1])
+        kill_worker(pool, backend, 0)
+        rest = play(pool, script[1:])
+        assert [a + b for a, b in zip(first, rest)] == expected
+        assert pool.restarts == 1 and pool.replayed == 2
 
 
-def test_a_worker_that_exits_mid_step_is_contained(backend):
+def test_a_worker_that_exits_mid_step_costs_only_its_episode(backend):
     with open_pool(backend, [fragile] * 2, 2) as pool:
         pool.reset(seeds=[0, 1])
         results = pool.step([0, 1], ["die", "up"])
-        assert results[0].truncated
+        assert results[0].truncated and results[0].info["error_kind"] == "crash"
         assert ("exit code 3" if backend == "process" else "died") in results[0].info["error"]
         assert not results[1].truncated
         pool.reset([0], seeds=[0])
@@ -157,15 +193,51 @@ def test_a_worker_that_exits_mid_step_is_contained(backend):
 
 
 @pytest.mark.parametrize("workers", [0, 1])
-def test_an_env_exception_ends_only_that_episode(backend, workers):
+def test_a_bad_output_ends_only_that_episode(backend, workers):
+    # Every malformed result (and an exception) on one worker: each cuts only its own episode,
+    # with the env and what was wrong named; the worker is not restarted; the healthy env goes on.
     if backend == "ray" and workers == 0:
         pytest.skip("a Ray pool always has actors")
-    with open_pool(backend, [fragile] * 2, workers) as pool:
-        pool.reset(seeds=[0, 1])
-        results = pool.step([0, 1], ["raise", "up"])
-        assert results[0].truncated and "RuntimeError: boom" in results[0].info["error"]
-        assert not results[1].truncated and "error" not in results[1].info
+    faults = list(BAD_OUTPUTS)
+    n = len(faults) + 1
+    with open_pool(backend, [fragile] * n, workers) as pool:
+        pool.reset(seeds=list(range(n)))
+        results = pool.step(range(n), [*faults, "up"])
+        for i, (fault, r) in enumerate(zip(faults, results)):
+            assert r.truncated and not r.terminated and r.reward == 0.0, fault
+            assert r.info["error_kind"] == BAD_OUTPUTS[fault], (fault, r.info["error"])
+            assert r.info["error"].startswith(f"env {i} (fragile): "), r.info["error"]
+            assert r.info["task_id"] == str(i)  # the last good info is kept
+        errors = {f: r.info["error"] for f, r in zip(faults, results)}
+        assert "observation is None (NoneType), expected str" in errors["none_obs"]
+        assert "(bytes), expected str" in errors["bytes_obs"]
+        assert "info is [" in errors["list_info"] and "expected a dict" in errors["list_info"]
+        assert "reward is nan (float), expected a finite number" in errors["nan_reward"]
+        assert "reward is '1.0' (str), expected a number" in errors["str_reward"]
+        assert "terminated is 'no' (str), expected a bool" in errors["str_flag"]
+        assert "truncated is 0 (int), expected a bool" in errors["int_flag"]
+        assert "RuntimeError: boom" in errors["raise"]
+        assert not results[-1].truncated and "error" not in results[-1].info
         assert pool.restarts == 0
+        again = pool.step(range(n), ["up"] * n)  # cut until reset; the healthy one goes on
+        assert all(r.truncated for r in again[:-1]) and not again[-1].truncated
+        pool.reset([0], seeds=[0])
+        assert not pool.step([0], ["up"])[0].truncated
+
+
+class _NoneReset(FragileSokoban):
+    def reset(self, *, seed=None, options=None):
+        return None, {}
+
+
+def test_a_malformed_reset_fails_clearly():
+    with (
+        EnvPool([_NoneReset], num_workers=0) as pool,
+        pytest.raises(
+            RuntimeError, match=r"reset of env 0 \(_NoneReset\) failed: observation is None"
+        ),
+    ):
+        pool.reset(seeds=[0])
 
 
 def test_an_unpicklable_info_ends_only_its_own_episode(backend):
@@ -191,6 +263,115 @@ def test_a_hanging_worker_times_out_and_is_replaced(backend):
         assert result.truncated and "timed out" in result.info["error"]
         pool.reset([0], seeds=[0])
         assert not pool.step([0], ["up"])[0].truncated
+
+
+#: Each worker fault, the kind its episode reports, and the text its error must contain.
+WORKER_FAULTS = {
+    "segfault": ("crash", {"process": "SIGSEGV", "ray": "died"}),
+    "sleep": ("timeout", {"process": "timed out", "ray": "timed out"}),
+    "leak": ("memory", dict.fromkeys(("process", "ray"), "over env.worker_memory_mb=400")),
+    "balloon": ("memory", {"process": "ended by its watchdog", "ray": "died"}),
+}
+
+
+def _fault_cases():
+    for fault in WORKER_FAULTS:
+        yield pytest.param("process", fault, id=f"process-{fault}")
+    for fault in ("segfault", "sleep", "leak"):  # Ray is slow: a crash, a hang, the memory guard
+        yield pytest.param("ray", fault, id=f"ray-{fault}")
+
+
+@pytest.mark.parametrize(("backend_name", "fault"), list(_fault_cases()))
+def test_a_worker_fault_costs_one_episode(backend_name, fault, request):
+    # Env 1 crashes, hangs or outgrows the memory limit on a worker it shares with envs 0, 2 and
+    # 3, which are mid-episode: only env 1's episode is lost; the others are replayed on the
+    # restarted worker and go on with exactly the results of an unfaulted run.
+    if backend_name == "ray":
+        request.getfixturevalue("ray_session")
+    kind, text = WORKER_FAULTS[fault]
+    steps = 6 if fault == "leak" else 4  # the leak takes a few steps to pass the limit
+    script = moves(4, steps)
+    faulty = [row[:1] + [fault if t >= 2 else row[1]] + row[2:] for t, row in enumerate(script)]
+    expected = reference([fragile] * 4, script, [0, 1, 2, 3])
+    timeout = 2.0 if fault == "sleep" else None
+    with open_pool(
+        backend_name, [fragile] * 4, 1, step_timeout=timeout, worker_memory_mb=400
+    ) as pool:
+        pool.reset(seeds=[0, 1, 2, 3])
+        traces = play(pool, faulty)
+        assert traces[0] == expected[0] and traces[2:] == expected[2:]
+        last = traces[1][-1]
+        assert last[3] and last[5] == kind and text[backend_name] in last[4], last[4]
+        assert last[4].startswith("env 1 (fragile): ")
+        # replayed: the siblings still mid-episode when it happened (env 0 runs before env 1)
+        cut = len(traces[1]) - 1
+        live = [i for i in (0, 2, 3) if len(expected[i]) > cut + (i == 0)]
+        if backend_name == "process" or kind != "crash":
+            assert pool.restarts == 1 and pool.replayed == len(live) >= 2
+        else:  # Ray: a death is pinned on its env by running the unfinished envs again alone
+            assert pool.restarts == 2 and pool.replayed > len(live) >= 2
+
+
+def test_a_segfault_in_1_of_16_envs_loses_exactly_1_episode(backend):
+    # 16 envs on 4 workers play whole episodes; env 5 segfaults at its 4th step. Exactly one
+    # episode is lost: the 3 others on its worker are replayed, and all 15 end as unfaulted.
+    script = moves(16, 15)
+    faulty = [[("segfault" if (i, t) == (5, 3) else a) for i, a in enumerate(row)]
+              for t, row in enumerate(script)]  # fmt: skip
+    seeds = list(range(16))
+    expected = reference([fragile] * 16, script, seeds)
+    with open_pool(backend, [fragile] * 16, 4) as pool:
+        pool.reset(seeds=seeds)
+        traces = play(pool, faulty)
+    lost = [i for i, tr in enumerate(traces) if tr[-1][4] is not None]
+    assert lost == [5] and traces[5][-1][5] == "crash" and len(traces[5]) == 4
+    assert [tr for i, tr in enumerate(traces) if i != 5] == [
+        tr for i, tr in enumerate(expected) if i != 5
+    ]
+    if backend == "process":
+        assert pool.restarts == 1 and pool.replayed == 3
+    else:  # Ray: a death is pinned on its env by running the unfinished envs again alone
+        assert pool.restarts == 2 and pool.replayed >= 3
+
+
+def test_a_not_replayable_env_loses_the_episodes_of_a_restarted_worker(backend):
+    # metadata["replayable"] = False: the siblings of a crash are not replayed; they end
+    # truncated with error_kind "lost" (the trainer leaves them out of credit, no penalty).
+    with open_pool(backend, [one_shot] * 3, 1) as pool:
+        pool.reset(seeds=[0, 1, 2])
+        results = pool.step([0, 1, 2], ["up", "die", "up"])
+        # The worker's reply to the call died with it: envs 0 and 2 lose their episodes. (On Ray
+        # a death is pinned on its env only by running it again, which a lost episode cannot.)
+        assert results[1].info["error_kind"] == ("crash" if backend == "process" else "lost")
+        for r in (results[0], results[2]):
+            assert r.truncated and r.info["error_kind"] == "lost" and r.reward == 0.0
+            assert "not replayable" in r.info["error"]
+        assert pool.step([0], ["up"])[0].info["error_kind"] == "lost"  # cut until reset
+        assert pool.replayed == 0
+        pool.reset([0, 1, 2], seeds=[0, 1, 2])
+        assert not any(r.truncated for r in pool.step([0, 1, 2], ["up"] * 3))
+
+
+def test_a_replay_that_diverges_ends_its_episode():
+    # An env that claims to be replayable but renders differently in a new process: the replay's
+    # observations do not match, so the sibling's episode ends (error_kind "replay").
+    with EnvPool([drifting] * 2, num_workers=1) as pool:
+        pool.reset(seeds=[0, 1])
+        pool.step([0, 1], ["up", "up"])
+        results = pool.step([0, 1], ["segfault", "up"])
+        assert results[0].info["error_kind"] == "crash"
+        assert results[1].truncated and results[1].info["error_kind"] == "replay"
+        assert "the reset observation differs" in results[1].info["error"]
+        assert pool.replayed == 0
+
+
+def test_a_memory_limit_below_a_fresh_worker_fails_clearly():
+    with (
+        pytest.raises(RuntimeError, match=r"env worker 0: after building its 2 envs, its worker's "
+                      r"resident memory reached \d+ MiB, over env.worker_memory_mb=1: raise"),
+        EnvPool([fragile] * 2, num_workers=1, worker_memory_mb=1) as pool,
+    ):  # fmt: skip
+        pool.reset(seeds=[0, 1])
 
 
 def test_one_deadline_per_call_however_many_workers_hang(backend):
@@ -232,9 +413,9 @@ def test_bad_calls_fail_clearly(backend):
             pool.step([0, 0], ["up", "up"])
         with pytest.raises(ValueError, match="actions"):
             pool.step([0, 1], ["up"])
-        with pytest.raises(RuntimeError, match="reset of env 0 failed"):
+        with pytest.raises(RuntimeError, match=r"reset of env 0 \(Sokoban-v0\) failed"):
             pool.reset([0], options=[{"task_id": "not-a-seed"}])
-        with pytest.raises(RuntimeError, match=r"env 1: nope\(\) failed: AttributeError"):
+        with pytest.raises(RuntimeError, match=r"env 1 \(Sokoban-v0\): nope\(\) failed: Attr"):
             pool.call([1], "nope")
 
 
@@ -245,6 +426,8 @@ def test_bad_pool_settings_fail_clearly():
         make_pool([SPEC], step_timeout=0)
     with pytest.raises(ValueError, match="num_workers must be >= 0"):
         make_pool([SPEC], num_workers=-1)
+    with pytest.raises(ValueError, match="worker_memory_mb must be > 0"):
+        make_pool([SPEC], worker_memory_mb=0)
 
 
 def test_bad_ray_settings_fail_clearly(ray_session):
@@ -343,3 +526,13 @@ def test_every_env_config_ships_a_finite_step_timeout():
         line = next(ln for ln in path.read_text().splitlines() if ln.startswith("step_timeout:"))
         value = float(line.split(":", 1)[1].split("#")[0])
         assert 0 < value < 3600 and math.isfinite(value), path.name
+
+
+def test_every_env_config_ships_a_memory_limit_and_an_error_rate_limit():
+    # A leaking env must not take the machine down (docs/reliability.md says how each was set).
+    for path in sorted((ROOT / "configs" / "env").glob("*.yaml")):
+        lines = path.read_text().splitlines()
+        value = {ln.split(":", 1)[0]: float(ln.split(":", 1)[1].split("#")[0])
+                 for ln in lines if ln.startswith(("worker_memory_mb:", "max_error_rate:"))}  # fmt: skip
+        assert 1024 <= value["worker_memory_mb"] <= 16384, path.name
+        assert 0 < value["max_error_rate"] < 1, path.name

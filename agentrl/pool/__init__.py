@@ -7,14 +7,19 @@ the envs in Ray actors, anywhere on a Ray cluster; :func:`make_pool` picks the b
 no automatic reset: the caller resets each env with its own seed and options, which is how a group
 of rollouts starts from one task.
 
-Failures never take the pool down:
+Failures never take the pool down, and a fault costs one episode:
 
-- an env that raises ends its episode as truncated, with ``info["error"]`` naming the exception;
+- every step's output is checked where it enters the pool (:mod:`agentrl.pool.checks`): an env
+  that raises, returns a wrong-typed observation, reward, flag or info, or a non-finite reward,
+  ends its episode as truncated, with ``info["error"]`` naming the env and what was wrong and
+  ``info["error_kind"]`` one of :data:`ERROR_KINDS`;
 - an env whose result cannot be pickled (say, an ``info`` holding a lock) ends only its own
   episode, with ``info["error"]`` naming the field that could not be sent;
-- a worker that dies (or does not answer within ``step_timeout``) is restarted with fresh envs;
-  every episode it held ends as truncated with ``info["error"]`` saying what happened, and must
-  be reset.
+- a worker that dies, does not answer within ``step_timeout`` or goes over ``worker_memory_mb``
+  is restarted with fresh envs; the env it was running loses its episode, and every other live
+  episode it held is replayed on the new worker (its reset and actions; the observations must
+  match) and goes on. An env with ``metadata["replayable"] = False`` is not replayed: its
+  episode ends as truncated (``error_kind`` ``lost``).
 
 ``step_timeout`` is seconds per env call, and each call has one deadline: ``step_timeout`` times
 the number of the call's envs on the busiest worker (a worker runs its envs one after another);
@@ -30,12 +35,14 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from .base import BasePool, EnvFn, EnvSpec, ResetSpec, StepResult
+from .base import BasePool, EnvFn, EnvSpec, ResetSpec
+from .checks import ERROR_KINDS, StepResult
 from .process import EnvPool
 from .ray import RayEnvPool
 
 __all__ = [
     "BACKENDS",
+    "ERROR_KINDS",
     "BasePool",
     "EnvPool",
     "EnvSpec",
@@ -61,6 +68,7 @@ def make_pool(
     mp_context: str = "forkserver",
     http_urls: Sequence[str] = (),
     http_token: str | None = None,
+    worker_memory_mb: float | None = None,
 ) -> BasePool:
     """Build the env pool of ``backend`` (``env.backend``): the trainer and evaluation call this.
 
@@ -70,11 +78,16 @@ def make_pool(
     else the Ray already initialised in this process, else a local Ray); ``num_workers`` is not
     used. ``"http"``: :class:`agentrl.pool.http.HTTPEnvPool`, env ``i`` a session on server
     ``http_urls[i % n]`` (``python -m agentrl.pool.serve``), with bearer token ``http_token``.
-    All have the same methods and failure behaviour.
+    ``worker_memory_mb`` (``env.worker_memory_mb``) caps each worker's or actor's resident
+    memory (http: the servers set their own). All have the same methods and failure behaviour.
     """
     if backend == "process":
         return EnvPool(
-            specs, num_workers=num_workers, mp_context=mp_context, step_timeout=step_timeout
+            specs,
+            num_workers=num_workers,
+            mp_context=mp_context,
+            step_timeout=step_timeout,
+            worker_memory_mb=worker_memory_mb,
         )
     if backend == "ray":
         return RayEnvPool(
@@ -83,6 +96,7 @@ def make_pool(
             actor_num_cpus=actor_num_cpus,
             step_timeout=step_timeout,
             address=ray_address,
+            worker_memory_mb=worker_memory_mb,
         )
     if backend == "http":
         from .http import HTTPEnvPool  # the serve extra (httpx)
@@ -113,4 +127,5 @@ def backend_options(env: Any) -> dict[str, Any]:
         "actor_num_cpus": float(_get(ray, "num_cpus", 1.0)),
         "http_urls": [str(u) for u in (_get(http, "urls") or ())],
         "http_token": os.environ.get(token_env) if token_env else None,
+        "worker_memory_mb": _get(env, "worker_memory_mb"),
     }

@@ -1,12 +1,16 @@
-"""The env pool's contract, shared by every backend: env recipes, what a worker runs, and
-:class:`BasePool` (episode bookkeeping: cut episodes, last observations, retries)."""
+"""The env pool's contract, shared by every backend: env recipes and :class:`BasePool` (output
+checks, episode logs, cut episodes, restarts and replays).
+
+Every result enters through :meth:`BasePool._settle`, so each backend (and a pool with no workers)
+gets the same checks: a step whose output is malformed or that raised ends its episode as
+truncated with ``info["error"]``; a reset that does raises ``RuntimeError``. A worker that crashes,
+hangs or goes over its memory limit costs the episode of the env it was running: the pool restarts
+it and replays every other live episode it held (each env's reset and actions since then), so those
+go on as if nothing happened.
+"""
 
 from __future__ import annotations
 
-import contextlib
-import pickle
-import time
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -15,15 +19,17 @@ import gymnasium as gym
 
 from agentrl import envs
 
+from .checks import Fault, StepResult, check_reset, check_step, digest
+from .worker import Reply, run_op
+
 __all__ = [
     "BasePool",
     "EnvFn",
     "EnvSpec",
-    "Reply",
+    "ResetSpec",
     "StepResult",
-    "build_envs",
-    "encode_replies",
-    "run_op",
+    "WorkerFault",
+    "memory_fault",
 ]
 
 
@@ -48,113 +54,81 @@ class ResetSpec:
     options: dict[str, Any] | None = None
 
 
-class StepResult(NamedTuple):
-    observation: str
-    reward: float
-    terminated: bool
-    truncated: bool
-    info: dict[str, Any]
-
-
 EnvFn = Callable[[], gym.Env]
-#: What a worker answers per env: ``(env index, ok, result or error text)``.
-Reply = tuple[int, bool, Any]
 
 
-# -- what runs inside a worker (process or Ray actor) ------------------------------------------
-def run_op(env: gym.Env, op: str, args: tuple) -> tuple[bool, Any]:
-    """Apply one operation to one env; returns (ok, result or error text)."""
-    try:
-        if op == "reset":
-            seed, options = args
-            return True, env.reset(seed=seed, options=options)
-        if op == "step":
-            obs, reward, terminated, truncated, info = env.step(args[0])
-            return True, StepResult(obs, float(reward), bool(terminated), bool(truncated), info)
-        name, call_args = args
-        return True, getattr(env, name)(*call_args)
-    except Exception as exc:
-        return False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
+class WorkerFault(NamedTuple):
+    """A worker that failed a call: what happened and the env it was running (``None``: none
+    of the call's envs had started, e.g. it was killed while idle)."""
+
+    kind: str
+    message: str
+    culprit: int | None
 
 
-def _unpicklable_part(op: str, value: Any) -> str:
-    """Name the part of a result that pickle rejects (``info['key']``, ``observation``, ...)."""
-    if op == "step" and isinstance(value, StepResult):
-        parts = {f: getattr(value, f) for f in StepResult._fields if f != "info"}
-        parts.update({f"info[{k!r}]": v for k, v in value.info.items()})
-    elif op == "reset" and isinstance(value, tuple) and len(value) == 2:
-        parts = {"observation": value[0]}
-        info = value[1] if isinstance(value[1], dict) else {}
-        parts.update({f"info[{k!r}]": v for k, v in info.items()})
-    else:
-        return "the result"
-    for name, part in parts.items():
-        try:
-            pickle.dumps(part)
-        except Exception:
-            return name
-    return "the result"
-
-
-def encode_replies(op: str, replies: list[Reply]) -> bytes:
-    """Pickle a worker's replies; a result that cannot be pickled becomes an error for its env.
-
-    Only the env whose result fails is affected: its reply turns into ``(i, False, why)`` naming
-    the field and the pickling error, and the other envs' replies go through unchanged.
-    """
-    try:
-        return pickle.dumps(replies, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:
-        pass
-    safe: list[Reply] = []
+def memory_fault(replies: list[Reply]) -> WorkerFault | None:
+    """The fault of a worker that answered an env with a memory fault: it is over its limit and
+    left the rest of the call undone, so it must be restarted."""
     for i, ok, value in replies:
-        try:
-            pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-            safe.append((i, ok, value))
-        except Exception as exc:
-            part = _unpicklable_part(op, value) if ok else "the error text"
-            why = (
-                f"{op} result of env {i} cannot be sent from its worker: {part} cannot be "
-                f"pickled ({type(exc).__name__}: {exc})"
-            )
-            safe.append((i, False, why))
-    return pickle.dumps(safe, protocol=pickle.HIGHEST_PROTOCOL)
+        if ok is False and isinstance(value, Fault) and value.kind == "memory":
+            return WorkerFault("memory", value.message, i)
+    return None
 
 
-def build_envs(env_fns: dict[int, EnvFn]) -> tuple[dict[int, gym.Env] | None, str | None]:
-    """Build a worker's envs; returns (envs, None) or (None, why) naming the env that failed."""
-    envs: dict[int, gym.Env] = {}
-    for i, fn in env_fns.items():
-        try:
-            envs[i] = fn()
-        except Exception as exc:
-            for env in envs.values():
-                with contextlib.suppress(Exception):
-                    env.close()
-            return None, f"building env {i} failed: {type(exc).__name__}: {exc}"
-    return envs, None
+@dataclass
+class _Episode:
+    """What replays an env's live episode: its reset, its actions, what it showed."""
+
+    seed: int | None
+    options: dict[str, Any] | None
+    actions: list[str] = field(default_factory=list)
+    digests: list[str] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
 
 
-# -- the backend-independent contract -----------------------------------------------------------
+def env_name(fn: EnvFn) -> str:
+    """A short name for an env recipe: the spec's env id, else the factory's name."""
+    name = getattr(fn, "name", None)
+    if isinstance(name, str):
+        return name
+    return str(getattr(fn, "__name__", None) or type(fn).__name__)
+
+
 class BasePool:
-    """Episode bookkeeping shared by the backends: cut episodes, last observations, retries.
+    """Checks, episode bookkeeping, restarts and replays, shared by the backends.
 
-    A backend sets ``self.num_groups`` (worker processes or actors; 0 keeps envs in this process)
-    and implements :meth:`_exchange`, which sends each group its items, waits under one deadline
-    and replaces the groups that failed.
+    A backend sets ``self.num_groups`` (worker processes or actors; 0 keeps envs in
+    ``self._local``, in this process) and implements :meth:`_exchange`: send each group its items,
+    wait under one deadline, return every reply that came back and, per failed group, a
+    :class:`WorkerFault`; a failed group's worker is replaced before it returns.
+
+    Counters: ``restarts`` (workers replaced), ``replayed`` (episodes restored on a replacement).
     """
 
-    def __init__(self, env_fns: Sequence[EnvFn], num_groups: int, step_timeout: float | None):
+    def __init__(
+        self,
+        env_fns: Sequence[EnvFn],
+        num_groups: int,
+        step_timeout: float | None,
+        worker_memory_mb: float | None = None,
+    ):
         if step_timeout is not None and not step_timeout > 0:
             raise ValueError(f"step_timeout must be > 0 seconds or None, got {step_timeout}")
+        if worker_memory_mb is not None and not worker_memory_mb > 0:
+            raise ValueError(f"worker_memory_mb must be > 0 MiB or None, got {worker_memory_mb}")
         self.env_fns = list(env_fns)
         self.num_envs = len(self.env_fns)
         self.num_groups = min(num_groups, self.num_envs)
         self.step_timeout = step_timeout
+        self.worker_memory_mb = worker_memory_mb
         self.restarts = 0
+        self.replayed = 0
+        self._names = [env_name(fn) for fn in self.env_fns]
         # Last observation/info per env: what a cut episode reports.
         self._last: list[tuple[str, dict[str, Any]]] = [("", {}) for _ in range(self.num_envs)]
-        self._broken: dict[int, str] = {}  # env index -> why its episode was cut (until reset)
+        self._broken: dict[int, Fault] = {}  # env index -> why its episode was cut (until reset)
+        self._episodes: list[_Episode | None] = [None] * self.num_envs
+        self._replayable = [True] * self.num_envs  # workers report env.metadata["replayable"]
 
     # -- public API ----------------------------------------------------------------------------
     def reset(
@@ -165,55 +139,58 @@ class BasePool:
     ) -> list[tuple[str, dict[str, Any]]]:
         """Reset the given envs (all by default); returns ``(observation, info)`` per env.
 
-        An env whose reset fails raises ``RuntimeError`` naming the env and the cause: a task that
-        cannot start is a configuration error, not an episode outcome.
+        An env whose reset fails or returns a malformed ``(observation, info)`` raises
+        ``RuntimeError`` naming the env and the cause: a task that cannot start is a configuration
+        error, not an episode outcome.
         """
         idx = self._indices(indices)
         seeds = list(seeds) if seeds is not None else [None] * len(idx)
         options = list(options) if options is not None else [None] * len(idx)
         if not len(seeds) == len(options) == len(idx):
             raise ValueError("indices, seeds and options must have the same length")
-        out = self._dispatch("reset", idx, [(s, o) for s, o in zip(seeds, options)], retry=True)
+        out = self._dispatch("reset", idx, [(s, o) for s, o in zip(seeds, options)])
         results = []
         for i, (ok, value) in zip(idx, out):
             if not ok:
-                raise RuntimeError(f"reset of env {i} failed: {value}")
-            self._broken.pop(i, None)
-            self._last[i] = (value[0], value[1])
-            results.append((value[0], value[1]))
+                raise RuntimeError(f"reset of env {i} ({self._names[i]}) failed: {value.message}")
+            results.append(value)
         return results
 
     def step(self, indices: Sequence[int], actions: Sequence[str]) -> list[StepResult]:
-        """Step the given envs with one action each; returns one :class:`StepResult` per env."""
+        """Step the given envs with one action each; returns one :class:`StepResult` per env.
+
+        A step that raised, returned a malformed result, or whose worker crashed, hung or went
+        over its memory limit while running it, comes back truncated with ``info["error"]``,
+        ``info["error_kind"]`` and ``info["error_detail"]``; so does every later step of that env
+        until it is reset.
+        """
         idx = self._indices(indices)
         if len(actions) != len(idx):
             raise ValueError(f"{len(actions)} actions for {len(idx)} envs")
-        results: list[StepResult] = []
         live = [k for k, i in enumerate(idx) if i not in self._broken]
         out = dict(
             zip(live, self._dispatch("step", [idx[k] for k in live], [(actions[k],) for k in live]))
         )
+        results: list[StepResult] = []
         for k, i in enumerate(idx):
-            ok, value = out.get(k, (False, self._broken.get(i, "")))
-            if ok:
-                self._last[i] = (value.observation, value.info)
-                results.append(value)
-            else:
-                self._broken[i] = value
-                results.append(self._cut(i, value))
+            ok, value = out.get(k, (False, None))
+            results.append(value if ok else self._cut(i))
         return results
 
     def call(self, indices: Sequence[int] | None, method: str, *args: Any) -> list[Any]:
         """Call ``env.<method>(*args)`` on the given envs (e.g. ``"expert_action"``).
 
-        Raises ``RuntimeError`` naming the env when a call fails.
+        Raises ``RuntimeError`` naming the env when a call fails. Calls are not replayed after a
+        restart: they must not change the env's state.
         """
         idx = self._indices(indices)
-        out = self._dispatch("call", idx, [(method, args)] * len(idx), retry=True)
+        out = self._dispatch("call", idx, [(method, args)] * len(idx))
         values = []
         for i, (ok, value) in zip(idx, out):
             if not ok:
-                raise RuntimeError(f"env {i}: {method}() failed: {value}")
+                raise RuntimeError(
+                    f"env {i} ({self._names[i]}): {method}() failed: {value.message}"
+                )
             values.append(value)
         return values
 
@@ -243,62 +220,197 @@ class BasePool:
         """The envs of group ``g``: env ``i`` lives in group ``i % num_groups``."""
         return {i: self.env_fns[i] for i in range(g, self.num_envs, self.num_groups)}
 
-    def _cut(self, i: int, why: str) -> StepResult:
+    def _cut(self, i: int) -> StepResult:
+        """The truncated result of env ``i``'s cut episode: its last observation and info."""
+        fault = self._broken[i]
         obs, info = self._last[i]
-        info = dict(info, error=why.strip().splitlines()[0] if why else "episode cut")
-        info["error_detail"] = why
+        line = fault.message.strip().splitlines()[0] if fault.message.strip() else "episode cut"
+        info = dict(info, error=f"env {i} ({self._names[i]}): {line}", error_kind=fault.kind)
+        info["error_detail"] = fault.message
         return StepResult(obs, 0.0, False, True, info)
 
-    def _dispatch(
-        self, op: str, idx: list[int], args: list[tuple], retry: bool = False
-    ) -> list[tuple[bool, Any]]:
-        """Run ``op`` on the envs ``idx``; resets and calls are retried once after a crash."""
+    def _break(self, i: int, fault: Fault) -> None:
+        self._broken[i] = fault
+        self._episodes[i] = None
+
+    def _settle(self, op: str, i: int, args: tuple, ok: bool, value: Any) -> tuple[bool, Any]:
+        """Check one env's result where it enters the pool and keep the books it changes.
+
+        Returns ``(True, result)`` or ``(False, Fault)``; a failed step cuts the episode.
+        """
+        if op == "step":
+            if ok:
+                value, fault = check_step(value)
+                if fault is not None:
+                    ok, value = False, fault
+            if not ok:
+                self._break(i, value)
+                return False, value
+            self._last[i] = (value.observation, value.info)
+            ep = self._episodes[i]
+            if ep is not None:
+                if value.terminated or value.truncated:  # over: nothing left to restore
+                    self._episodes[i] = None
+                else:
+                    ep.actions.append(args[0])
+                    ep.digests.append(digest(value.observation))
+                    ep.rewards.append(value.reward)
+            return True, value
+        if op == "reset":
+            if ok:
+                value, why = check_reset(value)
+                if why is not None:
+                    ok, value = False, Fault("observation", why)
+            if not ok:
+                self._episodes[i] = None
+                return False, value
+            self._broken.pop(i, None)
+            self._last[i] = value
+            if self.num_groups:  # envs in this process are never restarted: nothing to replay
+                self._episodes[i] = _Episode(args[0], args[1], digests=[digest(value[0])])
+            return True, value
+        return ok, value
+
+    def _dispatch(self, op: str, idx: list[int], args: list[tuple]) -> list[tuple[bool, Any]]:
+        """Run ``op`` on the envs ``idx``; every result checked and booked."""
         if self.num_groups == 0:
-            return [run_op(self._local[i], op, a) for i, a in zip(idx, args)]
-        answers, crashed = self._round(op, list(zip(idx, args)))
-        if retry and crashed:
-            again, _ = self._round(op, [(i, a) for i, a in zip(idx, args) if i in crashed])
-            answers.update(again)
+            return [
+                self._settle(op, i, a, *run_op(self._local[i], op, a)) for i, a in zip(idx, args)
+            ]
+        answers = self._round(op, list(zip(idx, args)))
         return [answers[i] for i in idx]
 
     def _round(
-        self, op: str, items: list[tuple[int, tuple]]
-    ) -> tuple[dict[int, tuple[bool, Any]], set[int]]:
-        """One message per group, one deadline; failed groups are replaced and their envs cut."""
+        self, op: str, items: list[tuple[int, tuple]], alone: bool = False
+    ) -> dict[int, tuple]:
+        """One message per group under one deadline. A failed group's culprit loses its episode,
+        its other live episodes are replayed on the replacement, and its items that had not run
+        run again: together when the culprit was known, else one at a time (``alone``), so that
+        a fault that comes back is pinned on the env that was alone on the worker."""
         by_group: dict[int, list[tuple[int, tuple]]] = {}
         for i, a in items:
             by_group.setdefault(i % self.num_groups, []).append((i, a))
-        replies, failed = self._exchange(op, by_group)
-        answers = {i: (ok, value) for i, ok, value in replies}
-        crashed: set[int] = set()
-        for g, why in failed.items():
+        args_of = dict(items)
+        replies, failed = self._exchange(op, by_group, self._budget(op, by_group))
+        answers: dict[int, tuple] = {}
+        for i, ok, value in replies:
+            if ok is not None:  # None: not run (the worker's memory guard had tripped)
+                answers[i] = self._settle(op, i, args_of[i], ok, value)
+        together: list[tuple[int, tuple]] = []
+        one_by_one: list[tuple[int, tuple]] = []
+        for g, wf in failed.items():
             self.restarts += 1
-            for i in self._group_envs(g):
-                self._broken[i] = why
-            for i, _ in by_group[g]:
-                answers[i] = (False, why)
-                crashed.add(i)
-        return answers, crashed
+            culprit = wf.culprit
+            if culprit is None and alone:  # it was the only env on a worker that was ready
+                culprit = by_group[g][0][0]
+            if culprit is not None and culprit not in answers:
+                self._break(culprit, Fault(wf.kind, wf.message))
+                answers[culprit] = (False, self._broken[culprit])
+            waiting = [(i, a) for i, a in by_group[g] if i not in answers]
+            self._restore(g, {i for i, _ in waiting} if op == "reset" else set())
+            for i, a in waiting:
+                if op == "step" and i in self._broken:  # its replay failed: the episode is cut
+                    answers[i] = (False, self._broken[i])
+                else:
+                    (together if culprit is not None else one_by_one).append((i, a))
+        if together:
+            answers.update(self._round(op, together))
+        for item in one_by_one:
+            answers.update(self._round(op, [item], alone=True))
+        return answers
+
+    def _restore(self, g: int, skip: set[int]) -> None:
+        """Replay every live episode of group ``g`` on its new worker; cut those that cannot be.
+
+        An env that declares ``metadata["replayable"] = False`` is not replayed: its episode ends
+        (``lost``). A replay that raises, or shows other observations or rewards than the episode
+        did, ends that episode (``replay``). A worker that fails during the replays is replaced
+        and every live episode replayed again (one at a time once the failure could not be
+        pinned on one env); the env it was replaying loses its episode.
+        """
+        for i in self._group_envs(g):
+            if self._episodes[i] is not None and i not in skip and not self._replayable[i]:
+                why = "its worker was restarted and the env is not replayable"
+                self._break(i, Fault("lost", f"{why} (metadata['replayable'] is False)"))
+        alone = False
+        while True:
+            todo = [i for i in self._group_envs(g)
+                    if self._episodes[i] is not None and i not in self._broken and i not in skip]  # fmt: skip
+            restored, failure = 0, None
+            for batch in [[i] for i in todo] if alone else [todo] if todo else []:
+                items = [(i, (self._episodes[i].seed, self._episodes[i].options,
+                              list(self._episodes[i].actions))) for i in batch]  # fmt: skip
+                replies, failed = self._exchange(
+                    "replay", {g: items}, self._budget("replay", {g: items})
+                )
+                for i, ok, value in replies:
+                    if ok is None:
+                        continue
+                    why = (
+                        self._replay_mismatch(i, value) if ok else f"replay failed: {value.message}"
+                    )
+                    if why is None:
+                        restored += 1
+                    else:
+                        self._break(i, Fault("replay", why))
+                if g in failed:
+                    failure = (failed[g], batch)
+                    break
+            if failure is None:
+                self.replayed += restored
+                return
+            wf, batch = failure
+            self.restarts += 1
+            culprit = wf.culprit if wf.culprit in batch else batch[0] if len(batch) == 1 else None
+            if culprit is None:
+                alone = True
+            elif culprit not in self._broken:
+                why = f"replaying its episode on a restarted worker failed: {wf.message}"
+                self._break(culprit, Fault("replay", why))
+
+    def _replay_mismatch(self, i: int, value: Any) -> str | None:
+        """Why a replay of env ``i`` does not reproduce its episode, or ``None`` when it does."""
+        ep = self._episodes[i]
+        digests, rewards = value
+        for t, (a, b) in enumerate(zip(ep.digests, digests)):
+            if a != b:
+                where = "the reset observation" if t == 0 else f"the observation after step {t}"
+                return (f"replay diverged: {where} differs from the episode's (the env is not "
+                        "deterministic given its reset and actions; declare "
+                        "metadata['replayable'] = False)")  # fmt: skip
+        for t, (a, b) in enumerate(zip(ep.rewards, rewards), start=1):
+            if a != b:
+                return f"replay diverged: the reward of step {t} was {a}, the replay gave {b}"
+        return None
 
     def _exchange(
-        self, op: str, by_group: dict[int, list[tuple[int, tuple]]]
-    ) -> tuple[list[Reply], dict[int, str]]:
-        """Send, wait (one deadline), restart failures: (replies, {group: why it failed})."""
+        self,
+        op: str,
+        by_group: dict[int, list[tuple[int, tuple]]],
+        budget: tuple[float | None, str],
+    ) -> tuple[list[Reply], dict[int, WorkerFault]]:
+        """Send, wait (one deadline of ``budget`` seconds, counted once the workers are ready),
+        restart failures: (replies, {group: what failed})."""
         raise NotImplementedError
 
-    def _deadline(self, by_group: dict[int, list]) -> tuple[float | None, str]:
-        """The call's one deadline: ``step_timeout`` per env of the busiest worker in the call.
+    def _budget(self, op: str, by_group: dict[int, list]) -> tuple[float | None, str]:
+        """The call's one deadline: ``step_timeout`` per env operation of the busiest worker.
 
         A worker runs its envs of a call one after another, so a worker holding k of them gets
-        k x ``step_timeout``; every worker shares that deadline, so hung workers never add up.
+        k x ``step_timeout`` (a replay counts its reset and every step); every worker shares that
+        deadline, so hung workers never add up.
         """
         if self.step_timeout is None:
             return None, ""
-        most = max((len(items) for items in by_group.values()), default=1)
+
+        def cost(items: list) -> int:
+            return sum(1 + len(a[2]) for _, a in items) if op == "replay" else len(items)
+
+        most = max((cost(items) for items in by_group.values()), default=1)
         limit = self.step_timeout * most
-        return (
-            time.monotonic() + limit,
-            f"timed out after {limit:g} s (step_timeout {self.step_timeout:g} s x {most} envs)"
+        text = (
+            f"timed out after {limit:g} s (step_timeout {self.step_timeout:g} s x {most} env calls)"
             if most > 1
-            else f"timed out after {limit:g} s",
+            else f"timed out after {limit:g} s"
         )
+        return limit, text

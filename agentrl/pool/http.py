@@ -30,8 +30,10 @@ from typing import Any
 
 import httpx
 
-from .base import BasePool, EnvFn, EnvSpec, Reply, StepResult
+from .base import BasePool, EnvFn, EnvSpec, StepResult, WorkerFault
+from .checks import Fault
 from .wire import PROTOCOL, from_wire, to_wire
+from .worker import Reply
 
 __all__ = ["GRACE", "HTTPEnvPool"]
 
@@ -40,7 +42,12 @@ GRACE = 10.0
 
 
 class ServerError(RuntimeError):
-    """A server that cannot be used for this call (down, late, an error status, a bad reply)."""
+    """A server that cannot be used for this call (down, late, an error status, a bad reply);
+    ``kind`` is the pool's error kind it counts as (``crash``, ``timeout``, ``info``)."""
+
+    def __init__(self, message: str, kind: str = "crash"):
+        super().__init__(message)
+        self.kind = kind
 
 
 class HTTPEnvPool(BasePool):
@@ -72,6 +79,9 @@ class HTTPEnvPool(BasePool):
             raise ValueError(f"env.backend=http builds envs by id: got {bad[0]}, not an EnvSpec")
         super().__init__(specs, num_groups=len(urls), step_timeout=step_timeout)
         self.urls = [u.rstrip("/") for u in urls][: self.num_groups]
+        # A server's sessions die with it: the client cannot replay them elsewhere (the server
+        # replays its own workers' episodes), so a failed server's episodes end, named.
+        self._replayable = [False] * self.num_envs
         headers = {"authorization": f"Bearer {token}"} if token else {}
         self._connect = connect_timeout
         self._client = httpx.Client(
@@ -111,7 +121,9 @@ class HTTPEnvPool(BasePool):
         try:
             r = self._client.request(method, url + path, json=body, timeout=timeout)
         except httpx.TimeoutException:
-            raise ServerError(f"env server {url} did not answer within {timeout:g} s") from None
+            raise ServerError(
+                f"env server {url} did not answer within {timeout:g} s", "timeout"
+            ) from None
         except httpx.HTTPError as exc:
             raise ServerError(
                 f"env server {url} cannot be reached: {type(exc).__name__}: {exc}"
@@ -146,25 +158,32 @@ class HTTPEnvPool(BasePool):
 
     # -- the backend contract ------------------------------------------------------------------
     def _exchange(
-        self, op: str, by_group: dict[int, list[tuple[int, tuple]]]
-    ) -> tuple[list[Reply], dict[int, str]]:
+        self,
+        op: str,
+        by_group: dict[int, list[tuple[int, tuple]]],
+        budget: tuple[float | None, str],
+    ) -> tuple[list[Reply], dict[int, WorkerFault]]:
         deadline = self._call_deadline(by_group)
         jobs = {
             g: self._threads.submit(self._serve, g, op, items, deadline)
             for g, items in by_group.items()
         }
         replies: list[Reply] = []
-        failed: dict[int, str] = {}
+        failed: dict[int, WorkerFault] = {}
         for g, job in jobs.items():
             try:
                 replies.extend(job.result())
             except ServerError as exc:
-                failed[g] = str(exc)
+                failed[g] = WorkerFault(exc.kind, str(exc), None)
                 for i in self._group_envs(g):  # its sessions are reopened on the next reset
                     self._session.pop(i, None)
+                    if self._episodes[i] is not None:  # its live episodes end, naming the server
+                        self._break(i, Fault(exc.kind, str(exc)))
         return replies, failed
 
     def _call_deadline(self, by_group: dict[int, list]) -> float | None:
+        """``step_timeout`` per env of the call on the busiest server worker, plus :data:`GRACE`
+        (the server's own deadline fires first and it still answers)."""
         if self.step_timeout is None:
             return None
         most = max(math.ceil(len(items) / self._workers.get(g, 1)) for g, items in by_group.items())
@@ -178,7 +197,7 @@ class HTTPEnvPool(BasePool):
                 return None
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise ServerError(f"env server {self.urls[g]} did not answer in time")
+                raise ServerError(f"env server {self.urls[g]} did not answer in time", "timeout")
             return remaining
 
         envs = [i for i, _ in items]
@@ -208,7 +227,7 @@ class HTTPEnvPool(BasePool):
         """``(ok, value)`` of one result, in the shape the in-process pool returns."""
         try:
             if not r["ok"]:
-                return False, f"env server {self.urls[g]}: {r['error']}"
+                return False, Fault("exception", f"env server {self.urls[g]}: {r['error']}")
             if op == "reset":
                 return True, (r["observation"], from_wire(r["info"]))
             if op == "step":

@@ -3,9 +3,13 @@
 Env ``i`` lives in actor ``i % num_actors`` (``num_actors = ceil(N / envs_per_actor)``); every call
 sends one batched task per actor, so actors step their envs concurrently, and waits for all of them
 under one deadline (``step_timeout`` per env of the busiest actor in the call). Failures are
-contained as in the process pool: an env that raises ends its episode; an actor that dies
-(``ray.kill``, a crash of its process, a lost node) or misses the deadline is killed and replaced
-by a fresh one, and every episode it held ends as truncated with ``info["error"]``.
+handled as in the process pool (:class:`agentrl.pool.base.BasePool`): an env that raises or returns
+a malformed result ends its episode; an actor that dies (``ray.kill``, a crash of its process, a
+lost node), misses the deadline or goes over ``worker_memory_mb`` is killed and replaced, the env
+it was running loses its episode, and its other live episodes are replayed on the replacement.
+A late actor says (on a second thread) which env it hangs in; a dead one cannot, so after a death
+the call's envs of that actor run again one at a time: a fault that recurs is pinned on its env
+(one more restart), one that does not costs no episode.
 
 Results travel as plain ``pickle`` bytes (not Ray's serializer), so the same objects can or cannot
 cross in both backends, and an unpicklable ``info`` ends only its own episode.
@@ -29,12 +33,15 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from .base import BasePool, EnvFn, Reply, build_envs, encode_replies, run_op
+from .base import BasePool, EnvFn, WorkerFault, memory_fault
+from .worker import MemoryGuard, Reply, answer, build_envs, encode_replies, env_traits
 
 __all__ = ["RayEnvPool"]
 
 #: Seconds between warnings while actors wait to be placed or to build their envs.
 _PLACEMENT_WARN_S = 60.0
+#: Seconds a late actor gets to say which env it hangs in.
+_ASK_S = 5.0
 
 
 def _import_ray():
@@ -48,17 +55,30 @@ def _import_ray():
 
 
 class _EnvActor:
-    """Holds a few envs in one Ray worker process; each method call is one batched message."""
+    """Holds a few envs in one Ray worker process; each call is one batched task. A second
+    thread answers :meth:`running` while a call runs, so a late actor can say where it hangs."""
 
-    def __init__(self, env_fns: dict[int, EnvFn]):
-        self.envs, self.why = build_envs(env_fns)
+    def __init__(self, env_fns: dict[int, EnvFn], memory_mb: float | None = None):
+        self.guard = MemoryGuard(memory_mb)
+        self.envs, self.why = build_envs(env_fns, self.guard)
+        self.current: int | None = None
 
-    def ready(self) -> tuple[int, str | None]:
-        """This actor's pid, and why its envs could not be built (None when they were)."""
-        return os.getpid(), self.why
+    def ready(self) -> tuple[int, str | None, dict[int, bool]]:
+        """This actor's pid, why its envs could not be built (None when they were), and whether
+        each env may be replayed."""
+        return os.getpid(), self.why, env_traits(self.envs or {})
+
+    def running(self) -> int | None:
+        """The env the actor is running now (``None`` between calls)."""
+        return self.current
 
     def run(self, op: str, items: list[tuple[int, tuple]]) -> bytes:
-        return encode_replies(op, [(i, *run_op(self.envs[i], op, a)) for i, a in items])
+        replies = []
+        for i, a in items:
+            self.current = i
+            replies.append(answer(self.envs, self.guard, op, i, a))
+        self.current = None
+        return encode_replies(op, replies)
 
     def close(self) -> None:
         for env in (self.envs or {}).values():
@@ -78,6 +98,9 @@ class RayEnvPool(BasePool):
             actor holds in the call, shared by all actors; late actors are killed and replaced
             (``None``: wait forever).
         address: Ray address (``env.ray.address``); ``None``: ``RAY_ADDRESS`` or a local Ray.
+        worker_memory_mb: resident memory each actor may use (its envs together), enforced by a
+            guard inside the actor as in the process pool (``None``: no limit). Ray's own
+            ``memory`` option only reserves memory for scheduling; it enforces nothing.
         actor_options: extra ``ray.remote`` options for the actors (e.g. ``{"resources":
             {"envs": 1}}`` to place them on nodes that advertise an ``envs`` resource).
     """
@@ -90,6 +113,7 @@ class RayEnvPool(BasePool):
         step_timeout: float | None = None,
         address: str | None = None,
         actor_options: dict[str, Any] | None = None,
+        worker_memory_mb: float | None = None,
     ):
         if int(envs_per_actor) != envs_per_actor or envs_per_actor < 1:
             raise ValueError(
@@ -98,7 +122,7 @@ class RayEnvPool(BasePool):
         if not (math.isfinite(actor_num_cpus) and actor_num_cpus >= 0):
             raise ValueError(f"env.ray.num_cpus must be a finite number >= 0, got {actor_num_cpus}")
         n = len(env_fns)
-        super().__init__(env_fns, math.ceil(n / envs_per_actor), step_timeout)
+        super().__init__(env_fns, math.ceil(n / envs_per_actor), step_timeout, worker_memory_mb)
         self.num_actors = self.num_groups
         self.envs_per_actor = int(envs_per_actor)
         self._local: list = []
@@ -108,7 +132,9 @@ class RayEnvPool(BasePool):
         self._owns_ray = self._connect(address, self.num_actors * actor_num_cpus)
         try:
             self._check_resources(actor_num_cpus)
-            options = {"num_cpus": actor_num_cpus, "max_restarts": 0, "max_concurrency": 1}
+            # two threads: one runs the calls (one at a time: the pool waits for each), the other
+            # answers running() for an actor that missed its deadline
+            options = {"num_cpus": actor_num_cpus, "max_restarts": 0, "max_concurrency": 2}
             options.update(actor_options or {})
             self._actor_cls = self._ray.remote(**options)(_EnvActor)
             self._actors = [self._start(a) for a in range(self.num_actors)]
@@ -178,7 +204,7 @@ class RayEnvPool(BasePool):
             )
 
     def _start(self, a: int):
-        return self._actor_cls.remote(self._group_envs(a))
+        return self._actor_cls.remote(self._group_envs(a), self.worker_memory_mb)
 
     def _await_ready(self, actors: list[int]) -> None:
         """Wait (untimed) until the actors are placed and have built their envs; raise if not."""
@@ -190,7 +216,7 @@ class RayEnvPool(BasePool):
             for ref in done:
                 a = waiting.pop(ref)
                 try:
-                    pid, why = ray.get(ref)
+                    pid, why, traits = ray.get(ref)
                 except ray.exceptions.RayError as exc:
                     raise RuntimeError(
                         f"env actor {a} died while building its envs: {_short(exc)}"
@@ -198,6 +224,8 @@ class RayEnvPool(BasePool):
                 if why is not None:
                     raise RuntimeError(f"env actor {a}: {why}")
                 self._pids[a] = pid
+                for i, replayable in traits.items():
+                    self._replayable[i] = replayable
             if waiting and time.monotonic() - last >= _PLACEMENT_WARN_S:
                 last = time.monotonic()
                 warnings.warn(
@@ -207,31 +235,50 @@ class RayEnvPool(BasePool):
                 )
 
     def _exchange(
-        self, op: str, by_group: dict[int, list[tuple[int, tuple]]]
-    ) -> tuple[list[Reply], dict[int, str]]:
+        self,
+        op: str,
+        by_group: dict[int, list[tuple[int, tuple]]],
+        budget: tuple[float | None, str],
+    ) -> tuple[list[Reply], dict[int, WorkerFault]]:
         ray = self._ray
         self._await_ready(list(by_group))
         refs = {self._actors[a].run.remote(op, items): a for a, items in by_group.items()}
-        deadline, late_why = self._deadline(by_group)
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        done, late = ray.wait(list(refs), num_returns=len(refs), timeout=left)
+        seconds, late_why = budget
+        done, late = ray.wait(list(refs), num_returns=len(refs), timeout=seconds)
         replies: list[Reply] = []
-        failed: dict[int, str] = {}
+        failed: dict[int, WorkerFault] = {}
         for ref in done:
             a = refs[ref]
             try:
-                replies.extend(pickle.loads(ray.get(ref)))
+                answers = pickle.loads(ray.get(ref))
             except ray.exceptions.RayError as exc:
-                failed[a] = f"actor {a} (pid {self._pids[a]}) died: {_short(exc)}"
+                # Ray does not say which env was running when the actor died: the pool runs the
+                # actor's envs of this call again one at a time to find out.
+                failed[a] = WorkerFault("crash", f"{self._who(a)} died: {_short(exc)}", None)
+                continue
+            replies.extend(answers)
+            fault = memory_fault(answers)
+            if fault is not None:
+                failed[a] = fault
         for ref in late:
             a = refs[ref]
-            failed[a] = f"actor {a} (pid {self._pids[a]}) {late_why}"
+            failed[a] = WorkerFault("timeout", f"{self._who(a)} {late_why}", self._running(a))
         for a in failed:
             with contextlib.suppress(Exception):
                 ray.kill(self._actors[a], no_restart=True)
             self._actors[a] = self._start(a)
             self._pids[a] = None
         return replies, failed
+
+    def _who(self, a: int) -> str:
+        return f"actor {a} (pid {self._pids[a]})"
+
+    def _running(self, a: int) -> int | None:
+        """The env late actor ``a`` hangs in (asked on its second thread), if it can say."""
+        try:
+            return self._ray.get(self._actors[a].running.remote(), timeout=_ASK_S)
+        except Exception:
+            return None
 
 
 def _short(exc: BaseException) -> str:

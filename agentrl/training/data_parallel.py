@@ -156,7 +156,11 @@ def reduce_stats(stats: RolloutStats) -> RolloutStats:
     out: dict[str, Any] = {}
     for f in dataclasses.fields(RolloutStats):
         vals = [p[f.name] for p in parts]
-        out[f.name] = max(vals) if f.name.endswith("_s") else sum(vals)
+        if isinstance(vals[0], dict):  # counts by kind (env errors): summed key by key
+            keys = sorted({k for v in vals for k in v})
+            out[f.name] = {k: sum(v.get(k, 0) for v in vals) for k in keys}
+        else:
+            out[f.name] = max(vals) if f.name.endswith("_s") else sum(vals)
     return RolloutStats(**out)
 
 

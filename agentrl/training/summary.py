@@ -57,6 +57,7 @@ class RunSummary:
     mean_update_s: float | None = None
     peak_rss_mb: float = 0.0
     peak_cuda_mb: float | None = None
+    env_errors: dict[str, int] | None = None  # training episodes cut by env faults, by kind
 
     @property
     def improvement_points(self) -> float | None:
@@ -88,6 +89,9 @@ class RunSummary:
             d.update(initial_ci_high=self.initial.high)
             d.update(improvement_points=self.improvement_points)
             d.update(intervals_disjoint=self.intervals_disjoint, verdict=self.verdict())
+        if self.env_errors:
+            d["env_errors"] = sum(self.env_errors.values())
+            d.update({f"env_errors/{k}": v for k, v in self.env_errors.items()})
         return {k: v for k, v in d.items() if v is not None}
 
 
@@ -101,6 +105,12 @@ def summarize_run(
         return float(np.mean([r[key] for r in train])) if train else None
 
     cpu = [r["cpu/rollout_s"] + r["cpu/credit_s"] + r["cpu/update_s"] for r in train]
+    errors: dict[str, int] = {}
+    for r in train:
+        for k, v in r.items():
+            if k.startswith("env/errors/"):
+                kind = k.removeprefix("env/errors/")
+                errors[kind] = errors.get(kind, 0) + int(v)
     return RunSummary(
         env=str(cfg.env.id),
         credit=str(cfg.credit.name),
@@ -117,6 +127,7 @@ def summarize_run(
         mean_update_s=mean("time/update_s"),
         peak_rss_mb=peak_rss_mb(),
         peak_cuda_mb=peak_cuda_mb(),
+        env_errors=dict(sorted(errors.items())) or None,
     )
 
 
@@ -137,6 +148,14 @@ def _rows(s: RunSummary) -> list[tuple[str, str]]:
                 "time per iteration",
                 f"{s.mean_iteration_s:.2f} s wall ({s.mean_iteration_cpu_s:.2f} s CPU): rollout "
                 f"{s.mean_rollout_s:.2f}, credit {s.mean_credit_s:.3f}, update {s.mean_update_s:.2f}",
+            )
+        )
+    if s.env_errors:
+        kinds = ", ".join(f"{k} {v}" for k, v in s.env_errors.items())
+        rows.append(
+            (
+                "env errors",
+                f"{sum(s.env_errors.values())} training episodes cut, left out of credit ({kinds})",
             )
         )
     cuda = f", {s.peak_cuda_mb:.0f} MiB CUDA" if s.peak_cuda_mb is not None else ""

@@ -149,7 +149,7 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
 def test_non_finite_advantages_stop_with_a_message_and_keep_the_checkpoint(tmp_path, monkeypatch):
     import numpy as np
 
-    import agentrl.learner.learner as learner_mod
+    import agentrl.learner.update as learner_mod  # where the learner maps step to token advantages
 
     calls = {"n": 0}
     real = learner_mod.step_to_tokens
