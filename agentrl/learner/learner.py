@@ -32,6 +32,7 @@ from .forward import response_forward
 from .losses import aggregate, kl_penalty, normaliser, ppo_clip_loss, value_loss
 from .schedule import LRSchedule
 from .sequences import Collated, StepSequence, collate, distinct_rows
+from .state_check import check_learner_state
 
 __all__ = ["Learner", "LearnerConfig", "NonFiniteError", "token_advantages"]
 
@@ -570,14 +571,15 @@ class Learner:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Load a :meth:`state_dict` exactly, or raise ``StateMismatch`` and change nothing
+        (:func:`~agentrl.learner.state_check.check_learner_state`: names, shapes, dtypes, the
+        optimiser's structure, finite numbers)."""
+        check_learner_state(state, self.model, self.value_head, self.optimizer)
         params = dict(self.model.named_parameters())
-        missing = [k for k in state["model"] if k not in params]
-        if missing:
-            raise KeyError(f"checkpoint has parameters the model lacks: {missing[:5]}")
         with torch.no_grad():
             for k, v in state["model"].items():
                 params[k].copy_(v.to(params[k].device))
-        if self.value_head is not None and state.get("value_head") is not None:
+        if self.value_head is not None:
             self.value_head.load_state_dict(state["value_head"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.updates = int(state.get("updates", 0))

@@ -211,8 +211,8 @@ def full_params(learner) -> dict[str, torch.Tensor]:
 def ranks_main(tiny_path: str, out: str) -> None:
     """On each of 2 ranks: every scenario's update, a DCP save, and a resume of the 1-process
     checkpoint ``out/ckpt1`` followed by one more update. Rank 0 writes ``out/ranks.pt``."""
-    from agentrl import sharded_checkpoint as checkpoint
     from agentrl.distributed import rank, world_size
+    from agentrl.training import sharded_checkpoint as checkpoint
 
     rk, world = rank(), world_size()
     res: dict[str, Any] = {}
@@ -278,9 +278,9 @@ def episodes(n_groups: int = 5, group_size: int = 3):
 
 def data_parallel_main(out: str) -> None:
     """Each rank plays its share of :func:`episodes`; rank 0 writes what the helpers made."""
-    from agentrl import data_parallel as P
     from agentrl.distributed import rank
     from agentrl.rollout import RolloutStats
+    from agentrl.training import data_parallel as P
 
     resets, eps = episodes()
     mine, start = P.local_share(resets, 3)
@@ -336,8 +336,8 @@ def _runner(tiny_path: str, n_envs: int):
 def play_share(tiny_path: str, groups: int, group_size: int, seed: int):
     """Play ``groups`` Sokoban groups with the tiny model: all of them in one process, or this
     rank's share in lockstep under a process group. Returns the episodes (global ids)."""
-    from agentrl import data_parallel as P
     from agentrl.rollout import ResetSpec
+    from agentrl.training import data_parallel as P
 
     resets = [ResetSpec(g, seed=40 + g) for g in range(groups) for _ in range(group_size)]
     mine, start = P.local_share(resets, group_size)
@@ -354,9 +354,9 @@ def play_as_one(tiny_path: str, seed: int):
     """20 resets sampled at temperature 1 with :func:`agentrl.training.data_parallel.play_as_one_process`
     on pools of this rank's share of 3 groups of 4 envs (one process: 12; 2 ranks: 8 and 4), i.e.
     chunks of 12 and 8 resets, the second played by rank 0 alone. Returns every episode."""
-    from agentrl import data_parallel as P
     from agentrl.distributed import shard_groups
     from agentrl.rollout import ResetSpec
+    from agentrl.training import data_parallel as P
 
     runner = _runner(tiny_path, len(shard_groups(3)) * 4)
     try:

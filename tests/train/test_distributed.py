@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from agentrl import credit
 from agentrl import distributed as D
-from agentrl import sharded_checkpoint as checkpoint
+from agentrl.training import sharded_checkpoint as checkpoint
 
 from . import dist_workers as W
 
@@ -188,7 +188,7 @@ def test_resume_two_rank_checkpoint_in_one_process(tiny_path, two_ranks):
 
 def test_load_rejects_a_folder_without_checkpoint(tiny_path, tmp_path):
     learner, _ = W.make_learner(tiny_path, "steps", sharded=False)
-    with pytest.raises(FileNotFoundError, match="not a checkpoint folder"):
+    with pytest.raises(checkpoint.CheckpointError, match="not a checkpoint folder"):
         checkpoint.load_learner(learner, tmp_path)
 
 
@@ -304,8 +304,8 @@ def test_data_parallel_steps_on_two_ranks(two_ranks):
 
 
 def test_data_parallel_steps_in_one_process():
-    from agentrl import data_parallel as P
     from agentrl.rollout import RolloutStats, to_step_batch
+    from agentrl.training import data_parallel as P
 
     resets, eps = W.episodes()
     assert P.local_share(resets, 3) == (resets, 0)
