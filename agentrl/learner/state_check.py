@@ -26,6 +26,7 @@ import torch
 __all__ = ["StateMismatch", "check_learner_state", "check_tensor", "plain_value", "same_kind"]
 
 _LEARNER_KEYS = ("model", "value_head", "optimizer", "updates")
+_ADAM_STATE = {"step", "exp_avg", "exp_avg_sq"}  # per parameter (plus max_exp_avg_sq: amsgrad)
 
 
 class StateMismatch(ValueError):
@@ -85,11 +86,7 @@ def same_kind(current: Any, saved: Any) -> bool:
     if isinstance(current, bool) or current is None:  # flags (foreach, fused...: None or bool)
         return saved is None or isinstance(saved, bool)
     if isinstance(current, int | float):
-        return (
-            isinstance(saved, int | float)
-            and not isinstance(saved, bool)
-            and math.isfinite(float(saved))
-        )
+        return _finite_number(saved)
     if isinstance(current, tuple | list):
         return (
             isinstance(saved, tuple | list)
@@ -107,10 +104,19 @@ def plain_value(value: Any) -> bool:
     if value is None or isinstance(value, bool | str):
         return True
     if isinstance(value, int | float):
-        return math.isfinite(float(value))
+        return _finite_number(value)
     if isinstance(value, tuple | list):
         return all(plain_value(v) for v in value)
     return False
+
+
+def _finite_number(x: Any) -> bool:
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return False
+    try:
+        return math.isfinite(float(x))
+    except OverflowError:  # an integer beyond float64
+        return False
 
 
 def _check_groups(got: Any, current: list[dict[str, Any]]) -> None:
@@ -131,9 +137,12 @@ def _check_groups(got: Any, current: list[dict[str, Any]]) -> None:
         for k in g:  # keys the learner adds as it trains (the schedule's initial_lr)
             if k not in cur and not plain_value(g[k]):
                 raise StateMismatch(f"{where}[{k!r}] is {g[k]!r}, not a hyper-parameter")
-        if list(g["params"]) != list(cur["params"]):
+        saved_params = g["params"]
+        if not isinstance(saved_params, list | tuple) or [(type(i), i) for i in saved_params] != [
+            (int, i) for i in cur["params"]
+        ]:
             raise StateMismatch(
-                f"{where} holds {len(g['params'])} parameters, this learner's {len(cur['params'])}"
+                f"{where}['params'] is {g['params']!r}, this learner's {list(cur['params'])!r}"
             )
         for k, v in cur.items():
             if k != "params" and not same_kind(v, g[k]):
@@ -153,6 +162,7 @@ def _check_optimizer(got: Any, optimizer: torch.optim.Optimizer) -> None:
         for g, cur in zip(optimizer.param_groups, current)
         for i, p in zip(cur["params"], g["params"])
     }
+    groups = {i: g for g in got["param_groups"] for i in g["params"]}
     state = got["state"]
     if not isinstance(state, Mapping):
         raise StateMismatch(f"optimizer.state is of type {type(state).__name__}, not a mapping")
@@ -163,14 +173,17 @@ def _check_optimizer(got: Any, optimizer: torch.optim.Optimizer) -> None:
         if not isinstance(entry, Mapping):
             raise StateMismatch(f"{where} is of type {type(entry).__name__}, not a mapping")
         p = params[i]
+        need = _ADAM_STATE | ({"max_exp_avg_sq"} if groups[i].get("amsgrad") else set())
+        if isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW) and set(entry) != need:
+            raise StateMismatch(
+                f"{where} has entries {_names(entry)}, an AdamW state has {_names(need)}"
+            )
         for k, v in entry.items():
             name = f"{where}[{k!r}]"
             if k == "step":  # AdamW's step count: a scalar tensor (or a number)
                 x = v if not isinstance(v, torch.Tensor) or v.numel() != 1 else v.item()
-                if isinstance(x, bool) or not isinstance(x, int | float) or not x >= 0:
+                if not _finite_number(x) or not x >= 0:
                     raise StateMismatch(f"{name} is {v!r}, not a step count")
-                if not math.isfinite(float(x)):
-                    raise StateMismatch(f"{name} is not finite")
             else:
                 check_tensor(name, v, _shape(p), p.dtype)
 

@@ -197,6 +197,14 @@ CORRUPTIONS = {  # how the file was broken -> what the one line must say
         _set("learner", "optimizer", "state", 0, "exp_avg", value=torch.zeros(3)),
         "optimizer.state[0]['exp_avg'] has shape (3,)",
     ),
+    "a moment without its step": (
+        _pop("learner", "optimizer", "state", 0, "step"),
+        "optimizer.state[0] has entries exp_avg, exp_avg_sq, an AdamW state has",
+    ),
+    "a tensor among a group's parameters": (
+        _set("learner", "optimizer", "param_groups", 0, "params", 3, value=torch.zeros(2)),
+        "optimizer.param_groups[0]['params'] is",
+    ),
     "one parameter group": (
         _set("learner", "optimizer", "param_groups", value=lambda g: g[:1]),
         "1 parameter groups, this learner 2",
