@@ -163,7 +163,7 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
     history, initial, start = [], None, 0
     if t.resume:
         ck = find_checkpoint(t.resume)
-        state = load_checkpoint(ck)
+        state = load_checkpoint(ck, iterations=t.iterations)  # within the run, or refused
         load_run_checkpoint(learner, ck, state["learner"])  # one-process or sharded
         start, history, initial = (
             int(state["iteration"]),

@@ -11,9 +11,11 @@ check it with :func:`check_value` and the same range objects.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,20 +23,26 @@ import numpy as np
 
 __all__ = [
     "EPS_RANGE",
+    "FLOAT32_TINY",
     "OPTION_RANGES",
     "UNIT",
     "Choice",
+    "CreditUnderflowWarning",
     "Flag",
     "Number",
     "OptionRange",
     "Spec",
     "Text",
+    "as_module_value",
     "check_options",
     "check_value",
     "declare",
+    "given_numbers",
+    "naming_options",
     "option_problems",
     "ranges_markdown",
     "ranges_of",
+    "warn_underflow",
 ]
 
 
@@ -68,7 +76,10 @@ class Number(OptionRange):
             return self.optional
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             return False  # True/False or "0.9" are mistakes, not numbers
-        x = float(value)
+        try:
+            x = float(value)
+        except (OverflowError, ValueError):  # 10**400, Fraction(10**400, 3): beyond float64
+            return False
         if not math.isfinite(x) or (self.integer and not x.is_integer()):
             return False
         above = x > self.lo if self.lo_open else x >= self.lo
@@ -100,8 +111,8 @@ class Choice(OptionRange):
 
     def accepts(self, value: Any) -> bool:
         try:
-            return value in self.choices
-        except (TypeError, ValueError):  # an array or oddly comparing value is not a choice
+            return bool(value in self.choices)
+        except Exception:  # noqa: BLE001 - an array or a value whose == raises is not a choice
             return False
 
     def describe(self) -> str:
@@ -295,11 +306,86 @@ def option_problems(module: str, options: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def check_options(module: str, options: Mapping[str, Any]) -> None:
-    """Raise ``ValueError`` for the first given option of ``module`` outside its declared range."""
+def check_options(module: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """Raise ``ValueError`` for the first given option of ``module`` outside its declared range;
+    return the options as the module gets them (:func:`as_module_value`)."""
     problems = option_problems(module, options)
     if problems:
         raise ValueError(problems[0])
+    ranges = ranges_of(module)
+    return {k: as_module_value(v, ranges.get(k)) for k, v in options.items()}
+
+
+def as_module_value(value: Any, rng: OptionRange | None) -> Any:
+    """A real-valued option given as a Python integer or another exact real (``10**30``,
+    ``Fraction(1, 3)``) as a float: numpy would try to hold ``10**30`` in an int64 and raise an
+    ``OverflowError`` naming no option. Floats, numpy scalars and everything else pass unchanged,
+    so valid options compute exactly as before."""
+    is_exact = isinstance(value, numbers.Real) and not isinstance(value, bool | float | np.generic)
+    if isinstance(rng, Number) and not rng.integer and is_exact:
+        return float(value)
+    return value
+
+
+def given_numbers(options: Mapping[str, Any]) -> str:
+    """``" (numeric options given: a=1e+300, ...)"`` for an error that the rewards *or* the
+    options could have caused (an overflow), so the message names the options; ``""`` if none."""
+    nums = [f"{path}={v!r}" for path, v in _numbers(options, "")]
+    return f" (numeric options given: {', '.join(nums)})" if nums else ""
+
+
+def _numbers(value: Any, path: str) -> Iterator[tuple[str, Any]]:
+    """``(path, number)`` for every number in options, nested specs included (``base.weight``,
+    ``terms[0].invalid_penalty``)."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from _numbers(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            yield from _numbers(v, f"{path}[{i}]")
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_):
+        yield path, value
+
+
+@contextlib.contextmanager
+def naming_options(options: Mapping[str, Any]) -> Iterator[None]:
+    """Re-raise an overflow inside a module (an ``ArithmeticError``, or a ``ValueError`` such as
+    the step batch's "discounted sums overflow float64") with :func:`given_numbers` appended: a
+    huge penalty overflows the same sums huge rewards do, and the message should say which."""
+    try:
+        yield
+    except (ArithmeticError, ValueError) as exc:
+        note = given_numbers(options)
+        if not note or not (isinstance(exc, ArithmeticError) or "overflow" in str(exc)):
+            raise
+        raise type(exc)(f"{exc}{note}") from exc
+
+
+class CreditUnderflowWarning(RuntimeWarning):
+    """A credit module's advantages are too small for float32: they arrive as 0 (or nearly)."""
+
+
+#: Below this, a float32 advantage is subnormal (imprecise) or 0.
+FLOAT32_TINY = float(np.finfo(np.float32).tiny)
+
+
+def warn_underflow(module: str, adv64: np.ndarray) -> None:
+    """Warn, naming the module, when advantages that matter underflow float32 (the learner's
+    dtype): rows whose |A| is below float32's smallest normal number yet within a factor 1e6 of
+    the batch's largest |A| (smaller rows are rounding residue next to the others anyway). Tiny
+    rewards (1e-200) give such advantages: exact in float64, 0 in float32; rescale the rewards."""
+    mag = np.abs(np.asarray(adv64, dtype=np.float64))
+    top = float(mag.max()) if mag.size else 0.0
+    lost = (mag > 0) & (mag < FLOAT32_TINY) & (mag >= 1e-6 * top)
+    if lost.any():
+        warnings.warn(
+            f"credit module {module!r}: {int(lost.sum())} of {mag.size} advantages (largest "
+            f"|A| = {top:.3g}) are below float32's smallest normal number ({FLOAT32_TINY:.3g}) "
+            "and reach the learner as 0 or nearly: the rewards (or the options in reward "
+            "units) are too small; rescale them",
+            CreditUnderflowWarning,
+            stacklevel=3,
+        )
 
 
 def ranges_markdown() -> str:

@@ -24,7 +24,7 @@ import numpy as np
 
 from .batch import StepBatch
 from .checks import Number, check_value
-from .registry import CreditResult, compute, needs, register
+from .registry import CreditResult, available, compute, needs, register
 
 __all__ = ["compose", "parse_spec", "run_spec"]
 
@@ -34,7 +34,7 @@ _META = ("name", "weight", "component")
 def parse_spec(spec: Any, where: str) -> tuple[str, dict[str, Any], float, str | None]:
     """``(name, options, weight, component)`` from a module name or a mapping with ``name``."""
     if isinstance(spec, str):
-        return spec, {}, 1.0, None
+        spec = {"name": spec}
     if not isinstance(spec, Mapping):
         raise TypeError(
             f"{where} must be a module name or a mapping with 'name', got {type(spec).__name__}"
@@ -43,11 +43,14 @@ def parse_spec(spec: Any, where: str) -> tuple[str, dict[str, Any], float, str |
         raise ValueError(
             f"{where} needs a 'name' key (the credit module); got keys {sorted(map(str, spec))}"
         )
+    name = spec["name"]
+    if not isinstance(name, str) or name not in available():  # say which spec, not only the name
+        raise KeyError(f"{where}: unknown credit module {name!r}; valid: {', '.join(available())}")
     opts = {str(k): _plain(v) for k, v in spec.items() if k not in _META}
     weight = spec.get("weight", 1.0)
     check_value(f"{where}.weight", weight, Number())
     component = spec.get("component")
-    return str(spec["name"]), opts, weight, (None if component is None else str(component))
+    return str(name), opts, weight, (None if component is None else str(component))
 
 
 def _plain(value: Any) -> Any:

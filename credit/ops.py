@@ -87,19 +87,20 @@ def segment_mean(values: np.ndarray, codes: np.ndarray, n: int) -> tuple[np.ndar
 def std_from_deviations(
     dev: np.ndarray, codes: np.ndarray, counts: np.ndarray, ddof: int = 1
 ) -> np.ndarray:
-    """Per segment, the std from deviations from its mean; squares never overflow (huge
-    deviations are scaled by the segment's largest one first)."""
+    """Per segment, the std from deviations from its mean; squares neither overflow nor
+    underflow (a segment whose largest deviation is beyond 1e150 or below 1e-150 is scaled by
+    it first, so rewards of 1e-200 keep their exact std; other segments are computed as is)."""
     n = len(counts)
-    big = len(dev) and float(np.max(np.abs(dev))) > 1e150
-    if big:  # squares would overflow: scale each segment by its largest deviation
-        scale = np.zeros(n)
-        np.maximum.at(scale, codes, np.abs(dev))
-        scale = np.where(scale > 0, scale, 1.0)
+    scale = np.zeros(n)
+    np.maximum.at(scale, codes, np.abs(dev))
+    extreme = (scale > 1e150) | ((scale > 0) & (scale < 1e-150))
+    if extreme.any():  # squares would overflow (or vanish): work in units of the largest one
+        scale = np.where(extreme, scale, 1.0)
         dev = dev / scale[codes]
     ss = np.bincount(codes, weights=dev * dev, minlength=n)
     denom = counts - ddof
     std = np.sqrt(np.where(denom > 0, ss / np.where(denom > 0, denom, 1), 0.0))
-    return std * scale if big else std
+    return std * scale if extreme.any() else std
 
 
 def segment_std(values: np.ndarray, codes: np.ndarray, n: int, ddof: int = 1) -> np.ndarray:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from .batch import StepBatch
-from .checks import check_options
+from .checks import check_options, given_numbers, naming_options, warn_underflow
 
 __all__ = [
     "CreditResult",
@@ -174,8 +174,9 @@ def compute(batch: StepBatch, method: str, **hparams: Any) -> CreditResult:
         raise TypeError(f"credit.compute needs a credit.StepBatch, got {type(batch).__name__}")
     fn = get(method)
     check_option_names(method, hparams)
-    check_options(method, hparams)  # declared ranges (credit/checks.py), before any work
-    result = fn(batch, **hparams)
+    hparams = check_options(method, hparams)  # declared ranges (credit/checks.py), before any work
+    with naming_options(hparams):  # an overflow names the numeric options given
+        result = fn(batch, **hparams)
     adv = np.asarray(result.advantages)
     if adv.shape != (len(batch),):
         raise RuntimeError(
@@ -186,7 +187,7 @@ def compute(batch: StepBatch, method: str, **hparams: Any) -> CreditResult:
         raise FloatingPointError(
             f"credit module {method!r} produced non-finite advantages at rows {bad[:10].tolist()}"
             f"{' ...' if len(bad) > 10 else ''}: the rewards, values or numeric options are too "
-            "large for float64 (sums or squares overflow); rescale them"
+            f"large for float64 (sums or squares overflow); rescale them{given_numbers(hparams)}"
         )
     with np.errstate(over="ignore"):
         adv32 = adv.astype(np.float32, copy=False)
@@ -194,7 +195,9 @@ def compute(batch: StepBatch, method: str, **hparams: Any) -> CreditResult:
         raise FloatingPointError(
             f"credit module {method!r} produced advantages beyond the float32 range "
             f"(max |A| = {float(np.max(np.abs(adv))):.3g}); rescale the rewards"
+            f"{given_numbers(hparams)}"
         )
+    warn_underflow(method, adv)
     adv = adv32
     diagnostics = dict(result.diagnostics)
     diagnostics["zero_advantage_fraction"] = float(np.mean(adv == 0.0))

@@ -47,7 +47,10 @@ def turn_cells(batch: StepBatch) -> tuple[np.ndarray, int]:
 def _signal(batch: StepBatch, key: str | None) -> np.ndarray:
     if key is None:
         return batch.reward
-    col = batch.require(key, f"pass extras={{{key!r}: [per-step floats]}} to StepBatch")
+    col = batch.require(
+        key,
+        f"pass extras={{{key!r}: [per-step floats]}} to StepBatch, or change option 'signal_key'",
+    )
     try:
         arr = np.asarray(col, dtype=np.float64)
     except (TypeError, ValueError) as exc:

@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 
 from .base import TextEnv, make_info
+from .commands import command_lower
 
 
 class DiscreteTextEnv(TextEnv):
@@ -54,7 +55,7 @@ class DiscreteTextEnv(TextEnv):
         if len(action_names) != env.action_space.n:
             raise ValueError(f"{len(action_names)} action names for {env.action_space.n} actions")
         self.inner = env
-        self.action_names = [a.lower() for a in action_names]
+        self.action_names = [command_lower(a) for a in action_names]
         self._render_obs = render_obs
         self._state_key = state_key or (lambda _env, obs: _hashable(obs))
         self._success = success or (lambda r, term, _info: bool(term and r > 0))
@@ -81,7 +82,7 @@ class DiscreteTextEnv(TextEnv):
 
     def step(self, action: str):
         self._steps += 1
-        name = action.strip().lower() if isinstance(action, str) else None
+        name = command_lower(action.strip()) if isinstance(action, str) else None
         if name not in self.action_names:
             truncated = self._steps >= self.max_steps
             return (

@@ -44,6 +44,7 @@ from agentrl import distributed as D
 from .learner import Learner, LearnerConfig
 from .scoring import is_peft
 from .sequences import StepSequence
+from .state_check import check_learner_state
 from .update import RowLayout, UpdateInputs
 
 __all__ = ["FSDPLearner", "decoder_layers", "shard_model"]
@@ -267,6 +268,7 @@ class FSDPLearner(Learner):
         into the shards: how a run checkpointed by one process resumes under torchrun."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
+        check_learner_state(state, self.model, self.value_head, self.optimizer)  # exact or refuse
         mods = self.trained_modules()
         names = [n for n, p in mods.named_parameters() if p.requires_grad]
         model_sd = {f"policy.{k}": v for k, v in state["model"].items()}

@@ -39,6 +39,7 @@ from .optim import build_optimizer, scale_learning_rates
 from .schedule import LRSchedule
 from .scoring import ScoringPasses, is_peft
 from .sequences import StepSequence, collate
+from .state_check import check_learner_state
 from .update import (
     NonFiniteError,
     RowLayout,
@@ -353,14 +354,15 @@ class Learner(ScoringPasses):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Load a :meth:`state_dict` exactly, or raise ``StateMismatch`` and change nothing
+        (:func:`~agentrl.learner.state_check.check_learner_state`: names, shapes, dtypes, the
+        optimiser's structure, finite numbers)."""
+        check_learner_state(state, self.model, self.value_head, self.optimizer)
         params = dict(self.model.named_parameters())
-        missing = [k for k in state["model"] if k not in params]
-        if missing:
-            raise KeyError(f"checkpoint has parameters the model lacks: {missing[:5]}")
         with torch.no_grad():
             for k, v in state["model"].items():
                 params[k].copy_(v.to(params[k].device))
-        if self.value_head is not None and state.get("value_head") is not None:
+        if self.value_head is not None:
             self.value_head.load_state_dict(state["value_head"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.updates = int(state.get("updates", 0))

@@ -46,6 +46,8 @@ from typing import Any
 
 import numpy as np
 
+from agentrl.envs.commands import ascii_upper
+
 from .. import distributed as D
 from ..credit import CreditResult, StepBatch
 from ..learner import Learner, StepSequence
@@ -106,7 +108,7 @@ class HiperFormat(ActionFormat):
         text = response if isinstance(response, str) else ""
         found = {tag: _find(tag, text) for tag in _TAGS}
         sw = found["switch"]
-        sw_text = None if sw is None else sw[0].strip().upper()
+        sw_text = None if sw is None else ascii_upper(sw[0].strip())  # "ſwitch" is no SWITCH
         return HiperSpans(
             switch=bool(sw_text) and sw_text != "KEEP",
             switch_text=sw_text,

@@ -1,9 +1,13 @@
-"""Reading the action out of a model response, and the response template for constrained decoding.
+r"""Reading the action out of a model response, and the response template for constrained decoding.
 
 Default format: ``<action>…</action>``, optionally preceded by ``<think>…</think>``. The action
 is the text of the *last* complete action tag, stripped. Empty, endless (cut at the token
 limit), or garbage output yields no action: the step is invalid (the env gets an empty action
 and the credit module charges the invalid-action penalty), never an exception.
+
+Patterns are matched with ``re.ASCII``: ``\w``, ``\s``, ``\d``, ``\b`` and case-insensitive
+matching (``(?i)``) cover ASCII only, so a look-alike letter (``<actıon>``, ``ſ``, the Kelvin sign)
+never turns into a tag (:mod:`agentrl.envs.commands` does the same for the envs' verbs).
 """
 
 from __future__ import annotations
@@ -12,7 +16,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ActionFormat", "ParsedAction"]
+__all__ = ["FLAGS", "ActionFormat", "ParsedAction"]
+
+#: How every action pattern is matched (ASCII classes and case folding; ``.`` spans lines).
+FLAGS = re.DOTALL | re.ASCII
 
 
 @dataclass(frozen=True)
@@ -43,8 +50,8 @@ class ActionFormat:
     def __post_init__(self) -> None:
         if self.pattern is not None:
             try:
-                rx = re.compile(self.pattern, re.DOTALL)
-            except re.error as exc:
+                rx = re.compile(self.pattern, FLAGS)
+            except (re.error, ValueError) as exc:  # ValueError: (?u) with re.ASCII
                 raise ValueError(
                     f"action pattern {self.pattern!r} is not a valid regex: {exc}"
                 ) from exc
@@ -59,14 +66,14 @@ class ActionFormat:
         if not isinstance(response, str) or not response.strip():
             return ParsedAction(None, "empty response")
         text = response
-        if self.require_think and not re.search(r"<think>.*?</think>", text, re.DOTALL):
+        if self.require_think and not re.search(r"<think>.*?</think>", text, FLAGS):
             return ParsedAction(None, "missing <think> block")
         if self.think:
-            text = re.sub(r"<think>.*?</think>", "", text, flags=re.DOTALL)
+            text = re.sub(r"<think>.*?</think>", "", text, flags=FLAGS)
         if self.pattern is None:
             action = text.strip()
         else:
-            found = re.findall(self.pattern, text, re.DOTALL)
+            found = re.findall(self.pattern, text, FLAGS)
             if not found:
                 return ParsedAction(
                     None,

@@ -1,11 +1,15 @@
-"""Training checkpoints: atomic writes, only complete ones found again, safe loading.
+"""Training checkpoints: atomic writes, only complete ones found again, safe and exact loading.
 
 A checkpoint is ``<run>/checkpoints/iter_NNNNNN/state.pt``: the learner's state (model, value
 head, optimiser, RNG), the metrics history and the initial evaluation. It is written into
 ``iter_NNNNNN.tmp/`` and renamed when complete, so an interrupted save never looks like a
 checkpoint. Loading uses ``torch.load(weights_only=True)``: a crafted file cannot run code; the
-few non-tensor types a checkpoint holds are plain containers and numbers. A truncated, empty or
-foreign file ends with one :class:`CheckpointError` line naming the file.
+few non-tensor types a checkpoint holds are plain containers and numbers. :func:`load_checkpoint`
+then checks every entry's type (an integer iteration within the run, a list of metric rows...)
+and :func:`agentrl.training.sharded_checkpoint.load_run_checkpoint` the learner's state against
+the learner (exact names, shapes, dtypes, finite numbers). Every problem (a truncated, empty or
+foreign file, a missing key, a wrong type, another model's weights) ends with one
+:class:`CheckpointError` line naming the file and the mismatch; ``train`` exits 2 on it.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ __all__ = ["CheckpointError", "find_checkpoint", "load_checkpoint", "save_checkp
 
 _COMPLETE = re.compile(r"iter_\d{6}")
 _KEYS = ("iteration", "learner", "history")
+_OPTIONAL = ("initial_eval", "config")  # the recipe writes them; tests and old runs may not
 
 
 class CheckpointError(ValueError):
@@ -72,19 +77,56 @@ def find_checkpoint(path: str | Path) -> Path:
     )
 
 
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Load a checkpoint safely (tensors and plain containers only) and check its structure."""
+def load_checkpoint(path: Path, iterations: int | None = None) -> dict[str, Any]:
+    """Load a checkpoint safely (tensors and plain containers only) and check its structure;
+    with ``iterations`` (the run's ``trainer.iterations``) its iteration must lie within it."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - every way a file can be broken ends the same way
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(f"{path}: not a readable agentrl checkpoint ({reason})") from None
     if not isinstance(state, dict) or any(k not in state for k in _KEYS):
-        have = sorted(state) if isinstance(state, dict) else type(state).__name__
+        have = sorted(map(str, state)) if isinstance(state, dict) else type(state).__name__
         raise CheckpointError(
             f"{path}: not an agentrl checkpoint (expected keys {', '.join(_KEYS)}; found {have})"
         )
+    problem = structure_problem(state, iterations)
+    if problem:
+        raise CheckpointError(f"{path}: {problem}")
     return state
+
+
+def structure_problem(state: dict[str, Any], iterations: int | None = None) -> str | None:
+    """What is wrong with a loaded checkpoint's entries (``None``: nothing). The learner's own
+    state is checked against the learner when it is loaded."""
+    unknown = sorted(str(k) for k in state if k not in _KEYS + _OPTIONAL)
+    if unknown:
+        return f"unknown entries {', '.join(unknown)} (expected {', '.join(_KEYS + _OPTIONAL)})"
+    it = state["iteration"]
+    if isinstance(it, bool) or not isinstance(it, int):
+        return f"iteration is {it!r} ({type(it).__name__}), not an iteration number"
+    if it < 0:
+        return f"iteration is {it}, not an iteration number (>= 0)"
+    if iterations is not None and it > iterations:
+        return (
+            f"the checkpoint is at iteration {it}, past this run's trainer.iterations="
+            f"{iterations}: nothing would be trained (set trainer.iterations to {it} or more)"
+        )
+    history = state["history"]
+    if not isinstance(history, list):
+        return f"history is of type {type(history).__name__}, not a list of metric rows"
+    for i, row in enumerate(history):
+        if not isinstance(row, dict) or not all(isinstance(k, str) for k in row):
+            return f"history[{i}] is not a metric row (a mapping of names to values)"
+        step = row.get("iteration", 0)
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= it:
+            return f"history[{i}] has iteration {step!r}, not one of 0..{it} (the checkpoint's)"
+    for key in _OPTIONAL:
+        if state.get(key) is not None and not isinstance(state[key], dict):
+            return f"{key} is of type {type(state[key]).__name__}, not a mapping"
+    if not isinstance(state["learner"], dict):
+        return f"learner is of type {type(state['learner']).__name__}, not a learner state"
+    return None
 
 
 def save_model(run: Path, model: Any, tokenizer: Any, name: str = "final") -> Path:

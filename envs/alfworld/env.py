@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from ..base import TextEnv, make_info
+from ..commands import command_lower
 from .data import GameRef, GeneratedGames, OfficialGames, read_traj
 from .engine import Engine, read_game
 from .oracle import next_command
@@ -202,7 +203,9 @@ class ALFWorldEnv(TextEnv):
         if self._gs is None:
             raise RuntimeError("call reset() before step()")
         self._steps += 1
-        command = _SPACES.sub(" ", action).strip().lower() if isinstance(action, str) else None
+        command = (
+            command_lower(_SPACES.sub(" ", action).strip()) if isinstance(action, str) else None
+        )
         well_formed = bool(command) and len(command) <= _MAX_COMMAND
         well_formed = well_formed and not _CONTROL.search(command)
         if not well_formed:

@@ -8,11 +8,13 @@ from typing import Any
 import numpy as np
 
 from ..base import TextEnv, make_info
+from ..commands import ascii_lower
 from .generate import GeneratedRoom, generate_room
 from .room import ACTIONS, Layout, State, move, parse, render
 from .solver import Solver
 
-_ACTION_RE = re.compile(r"^\s*(up|down|left|right)\s*$", re.IGNORECASE)
+#: Directions in ASCII letters, any case ("RİGHT", "rıght" are no direction: envs.commands).
+_ACTION_RE = re.compile(r"^\s*(?ai:(up|down|left|right))\s*$")
 
 INSTRUCTION = (
     "You are the player P in a Sokoban room. Push every box X onto a target O by walking into it; "
@@ -128,7 +130,7 @@ class SokobanEnv(TextEnv):
         valid = match is not None
         if valid:
             self._state, delta = move(
-                self._layout, self._state, ACTIONS.index(match.group(1).lower())
+                self._layout, self._state, ACTIONS.index(ascii_lower(match.group(1)))
             )
             reward += box_on if delta > 0 else box_off if delta < 0 else 0.0
         won = self._won()

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..base import TextEnv, make_info
 from ..cache import cache_root
+from ..commands import command_lower
 from .games import MakeSettings, expand_game_files, make_game_file
 from .probe import probe_game
 from .storyfile import check_story_file
@@ -53,13 +54,14 @@ def clean_feedback(text: str) -> str:
 
 
 def command_key(action: object) -> str:
-    """The text an action is matched by: whitespace runs collapsed, ends stripped, lower case.
+    """The text an action is matched by: whitespace runs collapsed, ends stripped, lower case
+    (:func:`envs.commands.command_lower`: no look-alike letter folds onto an ASCII one).
 
     Not text (``None``, bytes...) gives ``""``, which matches no command. Control characters,
     NUL bytes and lone surrogates survive here but match no admissible command either, and the
     action itself never reaches the game (see :class:`TextWorldEnv`).
     """
-    return _SPACES.sub(" ", action).strip().lower() if isinstance(action, str) else ""
+    return command_lower(_SPACES.sub(" ", action).strip()) if isinstance(action, str) else ""
 
 
 class TextWorldEnv(TextEnv):

@@ -10,6 +10,7 @@ import numpy as np
 from rapidfuzz import fuzz, utils
 
 from ..base import TextEnv, make_info
+from ..commands import ascii_lower, command_lower
 from .pages import BACK_TO_SEARCH, BUY_NOW, NEXT_PAGE, PREV_PAGE, SEARCH_TEMPLATE, Page, render
 from .reward import (
     FUZZY_THRESHOLD,
@@ -28,7 +29,8 @@ from .text import normalize_color
 
 __all__ = ["MILESTONES", "WebShopEnv"]
 
-_ACTION_RE = re.compile(r"^\s*(search|click)\[([^\[\]]*)\]\s*$", re.IGNORECASE)
+#: The verb in ASCII letters, any case ("ſearch", "clıck" are no verb: envs.commands).
+_ACTION_RE = re.compile(r"^\s*(?ai:(search|click))\[([^\[\]]*)\]\s*$")
 
 #: The four phases of a purchase, in order (``info["milestones"]``).
 MILESTONES = ("match_in_results", "match_opened", "options_chosen", "purchased")
@@ -189,7 +191,7 @@ class WebShopEnv(TextEnv):
         m = _ACTION_RE.match(action)
         if m is None:
             return None
-        verb, arg = m.group(1).lower(), m.group(2).strip().lower()
+        verb, arg = ascii_lower(m.group(1)), command_lower(m.group(2).strip())
         return (verb, arg) if arg else None
 
     def _apply(self, verb: str, arg: str) -> tuple[bool, float]:
@@ -344,7 +346,7 @@ class WebShopEnv(TextEnv):
             return f"click[{PREV_PAGE}]"
         if page.kind == "results":
             if target in page.shown():
-                return f"click[{self.catalogue.product(target)['asin'].lower()}]"
+                return f"click[{command_lower(self.catalogue.product(target)['asin'])}]"
             if target in page.results[page.page_no * 10 :] and page.has_more():
                 return f"click[{NEXT_PAGE}]"
             if target in page.results[: (page.page_no - 1) * 10]:
@@ -358,7 +360,7 @@ class WebShopEnv(TextEnv):
             for want in self._goal_options_by_type(product):
                 name, value = want
                 if chosen.get(name) != value:
-                    return f"click[{value.lower()}]"
+                    return f"click[{command_lower(value)}]"
             return f"click[{BUY_NOW}]"
         return f"click[{BUY_NOW}]"  # done: nothing left to do
 

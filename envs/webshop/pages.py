@@ -24,6 +24,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ..commands import command_lower
+
 __all__ = [
     "BACK_TO_SEARCH",
     "BUY_NOW",
@@ -169,7 +171,7 @@ def page_nodes(
         for i in page.shown():
             p = product_of(i)
             nodes += [("link", p["asin"]), ("text", p["Title"]), ("text", p["Price"])]
-            clicks[p["asin"].lower()] = ("item", i)
+            clicks[command_lower(p["asin"])] = ("item", i)
         return nodes, clicks
     p = product_of(page.item)
     nodes = [*head, *nav]
@@ -180,7 +182,7 @@ def page_nodes(
             nodes.append(("text", name))
             for v in values:
                 nodes.append(("label", v))
-                option_clicks[v.lower()] = ("option", (name, v))
+                option_clicks[command_lower(v)] = ("option", (name, v))
         nodes += [
             ("text", p["Title"]),
             ("text", f"Price: {p['Price']}"),

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import replace
 
 import numpy as np
+import pytest
 from agentrl.credit import StepBatch, available, compute, options
+from agentrl.credit.checks import CreditUnderflowWarning
+from agentrl.credit.ops import segment_std
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -316,3 +320,77 @@ def test_huge_rewards_keep_the_signal_or_give_a_clear_error(b, power):
             assert np.isfinite(a).all(), (name, opts)
             if np.abs(small).max() > 1e-3:  # real signal, not a rounding residue of a mean
                 assert (a != 0).any(), f"{name} {opts}: all zero at scale 2^{power}"
+
+
+def _run(batch, name, **opts):
+    """Advantages and the underflow warnings raised while computing them."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        adv = compute(batch, name, **opts).advantages
+    return adv, [w for w in caught if issubclass(w.category, CreditUnderflowWarning)]
+
+
+def _parts(name: str, opts: dict) -> set[str]:
+    """The module and the modules its specs run (``base``, ``terms``; defaults included): a
+    composite module's parts are computed, and warn, on their own."""
+    out, defaults = {name}, options(name)
+    specs = [opts.get("base", defaults.get("base"))] + list(opts.get("terms", ()))
+    if name == "salt" and specs[0] is None:
+        specs[0] = "grpo"  # salt's default base
+    for spec in specs:
+        if spec is not None:
+            sub = spec if isinstance(spec, str) else spec["name"]
+            out |= _parts(sub, {} if isinstance(spec, str) else spec)
+    return out
+
+
+# -- tiny rewards -------------------------------------------------------------------------------
+@settings(**SETTINGS)
+@given(b=batches(rewards="small"), power=st.integers(0, 1000))
+def test_tiny_rewards_keep_the_signal_or_warn_by_name(b, power):
+    """Rewards scaled down to ~1e-300: finite advantages, and where the unscaled batch has signal
+    either some of it survives in float32 or a warning names the module."""
+    s = 2.0**-power  # exact in float64
+    tiny = _scaled_batch(b, s)
+    for name, variants in MODULES.items():
+        for opts in variants:
+            small, quiet = _run(b, name, **opts)
+            signal = np.abs(small).max() > 1e-3  # not a rounding residue of a mean
+            if name != "compose":  # (a part of compose can lose its signal next to the others)
+                assert not (signal and quiet), f"{name} {opts}: underflow warning at scale 1"
+            a, warned = _run(tiny, name, **_scaled_options(name, opts, s))
+            assert np.isfinite(a).all(), (name, opts)
+            if signal and not (a != 0).any():
+                assert warned, f"{name} {opts}: all zero at scale 2^-{power} without a warning"
+                named = {
+                    n
+                    for n in _parts(name, opts)
+                    for w in warned
+                    if f"module {n!r}" in str(w.message)
+                }
+                assert named and all("rescale" in str(w.message) for w in warned), (name, opts)
+
+
+@given(
+    values=st.lists(st.floats(-10, 10), min_size=2, max_size=12),
+    power=st.integers(0, 1000),
+)
+def test_std_is_exact_for_tiny_and_huge_deviations(values, power):
+    """The std of deviations of 1e-300 (whose squares vanish in float64) or 1e300 (whose squares
+    overflow) is the std of the unscaled values, scaled."""
+    x = np.asarray(values)
+    codes = np.zeros(len(x), dtype=np.int64)
+    ref = segment_std(x, codes, 1)[0]
+    for s in (2.0**-power, 2.0 ** min(power, 990)):
+        got = segment_std(x * s, codes, 1)[0]
+        assert got == pytest.approx(ref * s, rel=1e-9, abs=0.0), s
+
+
+def test_normal_segments_are_computed_as_before():
+    """Scaling applies to extreme segments only: a normal segment next to a tiny one gets the
+    plain formula's result bit for bit."""
+    x = np.array([0.1, 0.7, 0.3, 1e-200, 3e-200, 2e-200])
+    codes = np.array([0, 0, 0, 1, 1, 1])
+    std = segment_std(x, codes, 2)
+    assert std[0] == segment_std(x[:3], codes[:3], 1)[0]  # as without the tiny segment
+    assert std[1] == pytest.approx(1e-200, rel=1e-12)

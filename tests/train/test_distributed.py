@@ -188,7 +188,7 @@ def test_resume_two_rank_checkpoint_in_one_process(tiny_path, two_ranks):
 
 def test_load_rejects_a_folder_without_checkpoint(tiny_path, tmp_path):
     learner, _ = W.make_learner(tiny_path, "steps", sharded=False)
-    with pytest.raises(FileNotFoundError, match="not a checkpoint folder"):
+    with pytest.raises(checkpoint.CheckpointError, match="not a checkpoint folder"):
         checkpoint.load_learner(learner, tmp_path)
 
 
