@@ -103,6 +103,15 @@ def device_name(v: Any) -> str | None:
 POSITIVE, NON_NEGATIVE = num(0, lo_open=True), num(0)
 
 
+def kl_in_loss(v: Any) -> str | None:
+    if v == "k1":
+        return (
+            "k1 is refused in the loss: its gradient, grad log pi, is 0 in expectation on-policy "
+            "(use k2, whose gradient is that of KL(policy || reference), or k3)"
+        )
+    return one_of("k2", "k3")(v)
+
+
 # -- the groups ----------------------------------------------------------------------------------
 @dataclass
 class RayConfig:
@@ -518,11 +527,20 @@ class LearnerConfig:
         "loss aggregation",
         one_of("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"),
     )
+    loss_tokens: str = opt(
+        "sampled",
+        "tokens in the loss: sampled (no forced token, no token outside HiPER's spans, in any term, denominator or metric) or all (every response token, the former behaviour)",
+        one_of("sampled", "all"),
+    )
     max_grad_norm: float = opt(1.0, "gradient-norm clip (0: none)", NON_NEGATIVE)
     kl_coef: float = opt(
         0.0, "KL(policy || reference) loss weight (0: no reference pass)", NON_NEGATIVE
     )
-    kl_estimator: str = opt("k3", "KL estimator", one_of("k1", "k3"))
+    kl_estimator: str = opt(
+        "k2",
+        "KL estimator in the loss: k2 (its gradient is that of KL(policy || reference)) or k3",
+        kl_in_loss,
+    )
     entropy_coef: float = opt(
         0.05, "entropy bonus weight (keeps the tiny policy exploring rooms it fails)", num()
     )
@@ -709,6 +727,18 @@ def _unknown_keys(data: Any, cls: type, prefix: str = "") -> Iterator[str]:
             yield from _unknown_keys(value, type(default), f"{prefix}{key}.")
 
 
+def field_problems(obj: Any, names: tuple[str, ...], prefix: str = "") -> list[str]:
+    """The failed ``check=`` rules of the fields ``names`` of ``obj``, as ``key message`` lines."""
+    fields = {f.name: f for f in dataclasses.fields(obj)}
+    out = []
+    for name in names:
+        rule = fields[name].metadata.get("check")
+        msg = rule(getattr(obj, name)) if rule is not None else None
+        if msg:
+            out.append(f"{prefix}{name} {msg}")
+    return out
+
+
 def check(obj: Any, prefix: str = "") -> Iterator[str]:
     """Every failed field check and cross-check of a config tree, as ``key message`` lines."""
     for f in dataclasses.fields(obj):
@@ -756,4 +786,5 @@ def _rows(node: Any, prefix: str) -> Iterator[str]:
 def _row(key: str, f: dataclasses.Field, value: Any) -> str:
     shown = "null" if value is None else repr(value) if isinstance(value, str) else str(value)
     shown = shown.replace("|", "\\|").replace("\n", "\\n")
-    return f"| `{key}` | `{shown}` | {f.metadata.get('help', '')} |"
+    desc = f.metadata.get("help", "").replace("|", "\\|")
+    return f"| `{key}` | `{shown}` | {desc} |"

@@ -203,7 +203,8 @@ class FSDPLearner(Learner):
 
     def _row_layout(self, seqs: Sequence[StepSequence], inp: UpdateInputs) -> RowLayout:
         """The global step rows (``len(step_advantages)`` of them): which sequence of this rank
-        holds each, and every row's response length and non-zero-advantage flag, gathered."""
+        holds each, and every row's count of tokens in the loss and non-zero-advantage flag,
+        gathered."""
         n_global = len(inp.adv)
         local_of = np.full(n_global, -1, dtype=np.int64)
         for k, s in enumerate(seqs):
@@ -217,8 +218,8 @@ class FSDPLearner(Learner):
         active = inp.adv != 0.0
         tok = inp.token_adv
         mine = [
-            (s.step_row, len(s.response_ids), bool(np.any(tok[k])) if tok is not None else None)
-            for k, s in enumerate(seqs)
+            (s.step_row, int(np.sum(keep)), bool(np.any(tok[k])) if tok is not None else None)
+            for k, (s, keep) in enumerate(zip(seqs, inp.keep))
         ]
         for part in D.all_gather_objects(mine):
             for row, n, nonzero in part:

@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..config import LearnerConfig
+from ..config import ConfigError, LearnerConfig, field_problems
 from .forward import response_forward
 from .losses import normaliser, value_loss
-from .objective import policy_objective
+from .objective import policy_objective, token_metrics
 from .optim import build_optimizer, scale_learning_rates
 from .schedule import LRSchedule
 from .scoring import ScoringPasses, is_peft
@@ -82,6 +82,9 @@ class Learner(ScoringPasses):
         keep_reference: bool = False,
         lr_schedule: LRSchedule | None = None,
     ):
+        problems = field_problems(cfg, ("loss_agg", "loss_tokens", "kl_estimator"), "trainer.")
+        if problems:  # a config made in Python, not checked by load_config
+            raise ConfigError("invalid config: " + "; ".join(problems))
         self.model = model
         self.cfg = cfg
         self.lr_schedule = lr_schedule or LRSchedule()
@@ -148,9 +151,12 @@ class Learner(ScoringPasses):
 
         ``token_advantages[i]`` (one per response token of ``seqs[i]``) replaces the broadcast
         step advantage (token shapers, HiPER's span routing); ``loss_masks[i]`` keeps only some
-        response tokens in the policy loss. With a 3-output value head (HiPER), ``returns`` and
-        ``old_values`` are (N, 3), ``value_weights`` (N, 3) marks which heads train on which rows
-        and ``value_pos[i]`` is the response position of ``seqs[i]``'s V_low.
+        response tokens in the loss: with ``loss_tokens="sampled"`` (default) the others leave
+        every term and every denominator (the count of tokens in the loss), as in HiPER's own
+        trainer; with ``"all"`` they leave the policy-gradient term only and stay counted. With
+        a 3-output value head (HiPER), ``returns`` and ``old_values`` are (N, 3),
+        ``value_weights`` (N, 3) marks which heads train on which rows and ``value_pos[i]`` is
+        the response position of ``seqs[i]``'s V_low.
 
         Under the sharded learner ``seqs`` are this rank's and carry global step rows;
         ``step_advantages``, ``returns`` and ``old_values`` are indexed by global row."""
@@ -164,6 +170,7 @@ class Learner(ScoringPasses):
             returns=returns,
             old_values=old_values,
             value_rows=ValueRows.make(self.value_head, seqs, returns, value_weights, value_pos),
+            mode=self.cfg.loss_tokens,
         )
         return self._epochs(seqs, inp, seed)
 
@@ -179,24 +186,29 @@ class Learner(ScoringPasses):
         self.model.train()
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
+        tokens: dict[str, float] = {}  # token sums of the diagnostics, over the whole update
         for _epoch in range(cfg.epochs):
             perm = rng.permutation(layout.n)
             for start in range(0, layout.n, cfg.minibatch_size):
                 mb = perm[start : start + cfg.minibatch_size]
-                stats = self._minibatch_step(seqs, mb, layout, inp)
+                stats, tok = self._minibatch_step(seqs, mb, layout, inp)
                 for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + v
                     counts[k] = counts.get(k, 0) + 1
+                for k, v in tok.items():
+                    tokens[k] = tokens.get(k, 0.0) + v
         self.updates += 1
         self._check_parameters()
         sums["lr"], counts["lr"] = self.optimizer.param_groups[0]["lr"], 1
-        # Means over the mini-batches that computed each term (all-zero-advantage ones skip the loss).
-        return {k: v / counts[k] for k, v in sums.items()}
+        # Loss terms: means over the mini-batches that computed them (all-zero-advantage ones
+        # skip the loss); per-token diagnostics: token-weighted means over the update.
+        return {**{k: v / counts[k] for k, v in sums.items()}, **token_metrics(tokens)}
 
     def _minibatch_step(
         self, seqs: Sequence[StepSequence], mb: np.ndarray, layout: RowLayout, inp: UpdateInputs
-    ) -> dict[str, float]:
-        """One optimiser step on the mini-batch of rows ``mb`` (this rank runs those it holds)."""
+    ) -> tuple[dict[str, float], dict[str, float]]:
+        """One optimiser step on the mini-batch of rows ``mb`` (this rank runs those it holds):
+        its loss terms, gradient norm and count, and the token sums of its diagnostics."""
         denom = self._normaliser(layout.lengths[mb])
         value_denom = max(len(mb), 1)
         if inp.value_rows is not None:  # HiPER's heads: the rows that train each
@@ -210,10 +222,10 @@ class Learner(ScoringPasses):
         local = [int(layout.local[r]) for r in mb if layout.local[r] >= 0]
         self.optimizer.zero_grad(set_to_none=True)
         ext, mbs, real = self._scoring_plan(seqs, local)
-        acc: dict[str, float] = {}
+        acc: dict[str, float] = {}  # loss terms (micro-batch shares add up) and "tok/" token sums
         bad = ""
         for j, idx in enumerate(mbs):
-            loss, terms, st = self._micro_loss(ext, idx, inp, denom, value_denom)
+            loss, terms, tok = self._micro_loss(ext, idx, inp, denom, value_denom)
             if j >= real:
                 loss = loss * 0.0  # a padding micro-batch: collectives only, no gradient
             elif not torch.isfinite(loss):
@@ -221,20 +233,18 @@ class Learner(ScoringPasses):
             loss.backward()
             if j >= real:
                 continue
-            w = len(idx) / processed
-            for k, val in terms.items():
+            for k, val in [*terms.items(), *((f"tok/{k}", v) for k, v in tok.items())]:
                 acc[k] = acc.get(k, 0.0) + float(val)
-            for k, val in st.items():
-                acc[k] = acc.get(k, 0.0) + float(val) * w
         total, problems = self._gather(acc, bad)
         if problems:
             self.optimizer.zero_grad(set_to_none=True)
             raise NonFiniteError(
                 f"{'; '.join(problems)} in update {self.updates}: the update is stopped"
             )
-        total["grad_norm"] = self._optimizer_step()
-        total["sequences_processed"] = float(processed)
-        return total
+        stats = {k: v for k, v in total.items() if not k.startswith("tok/")}
+        stats["grad_norm"] = self._optimizer_step()
+        stats["sequences_processed"] = float(processed)
+        return stats, {k[4:]: v for k, v in total.items() if k.startswith("tok/")}
 
     def _optimizer_step(self) -> float:
         """Clip the gradient norm (over all shards), step, and return the norm before clipping."""
@@ -269,7 +279,8 @@ class Learner(ScoringPasses):
             )
 
     def _normaliser(self, response_lengths: Sequence[int]) -> float:
-        """The mini-batch's loss denominator: its response tokens, or its sequences with a response."""
+        """The mini-batch's loss denominator from its rows' counts of tokens in the loss: their
+        sum (token-mean), or the number of rows with at least one (the seq-mean variants)."""
         if self.cfg.loss_agg not in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"):
             normaliser(
                 torch.zeros(1, 1, dtype=torch.bool), self.cfg.loss_agg
@@ -289,10 +300,10 @@ class Learner(ScoringPasses):
         inp: UpdateInputs,
         denom: float,
         value_denom: float | np.ndarray,
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, float]]:
         """The micro-batch ``idx`` of ``seqs``'s share of the mini-batch loss (normalised by the
-        whole mini-batch's ``denom``/``value_denom``), its detached terms, and the PPO
-        diagnostics of its tokens."""
+        whole mini-batch's ``denom``/``value_denom``), its detached terms, and the token sums of
+        its diagnostics (:func:`~agentrl.learner.objective.policy_objective`)."""
         cfg = self.cfg
         batch = collate([seqs[i] for i in idx], self.pad_token_id).to(self.device)
         width, dev = batch.response_width, self.device
@@ -300,7 +311,9 @@ class Learner(ScoringPasses):
             tok_adv = token_advantages(batch, inp.adv).to(dev)
         else:
             tok_adv = per_token(inp.token_adv, idx, width, torch.float32, dev)
-        mask = batch.response_mask
+        # The tokens in the loss (forced tokens and HiPER's masked-out spans out, by default) are
+        # masked before any term is formed: the others get a gradient of exactly 0.
+        mask = batch.response_mask & per_token(inp.keep, idx, width, torch.bool, dev)
         pg_mask = mask
         if inp.loss_masks is not None:
             pg_mask = mask & per_token(inp.loss_masks, idx, width, torch.bool, dev)
@@ -313,7 +326,7 @@ class Learner(ScoringPasses):
             fo = response_forward(self.model, batch, self.temperature, want_entropy=True,
                                   want_hidden=self.value_head is not None, hidden_cols=cols)  # fmt: skip
         ref_lp = None if inp.ref is None else per_token(inp.ref, idx, width, torch.float32, dev)
-        loss, terms, st = policy_objective(fo.logprobs, fo.entropy, batch.old_logprobs, tok_adv,
+        loss, terms, tok = policy_objective(fo.logprobs, fo.entropy, batch.old_logprobs, tok_adv,
                                            mask, pg_mask, ref_lp, cfg, denom)  # fmt: skip
         vl = torch.zeros((), device=loss.device)
         if vr is not None:
@@ -322,7 +335,8 @@ class Learner(ScoringPasses):
         elif self.value_head is not None:
             vl = self._value_loss(fo.last_hidden, batch.step_rows, inp, value_denom)
             loss = loss + cfg.value_coef * vl
-        return loss, {"loss": loss.detach(), **terms, "value_loss": vl.detach()}, st
+        tok["response_tokens"] = float(batch.response_mask.sum())
+        return loss, {"loss": loss.detach(), **terms, "value_loss": vl.detach()}, tok
 
     def _value_loss(self, hidden, rows, inp: UpdateInputs, value_denom) -> torch.Tensor:
         """The scalar value head's loss on the last prompt token's ``hidden`` state."""

@@ -1,7 +1,8 @@
-"""PPO-clip policy loss, KL penalty estimators, entropy and value losses (pure torch functions).
+"""PPO-clip policy loss, KL estimators, entropy and value losses (pure torch functions).
 
-All functions take per-token tensors ``(B, R)`` with a boolean ``mask`` of real response tokens
-and return per-token terms; :func:`aggregate` reduces them:
+All functions take per-token tensors ``(B, R)`` with a boolean ``mask`` of the tokens in the
+loss and return per-token terms that are exactly 0 off the mask (``torch.where``, whose backward
+gives those positions a gradient of exactly 0); :func:`aggregate` reduces them:
 
 - ``token-mean``: sum over every token of the mini-batch / number of tokens (DAPO, verl default);
 - ``seq-mean-token-mean``: mean over each sequence's tokens, then mean over sequences (GRPO paper);
@@ -29,7 +30,9 @@ __all__ = [
 
 Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
-KL_ESTIMATORS = ("k1", "k3")
+#: Schulman's estimators of KL(π || π_ref). The learner's loss takes k2 or k3 (k1's gradient is 0
+#: in expectation, see :func:`kl_penalty`); k1 is here for values (diagnostics, reward shaping).
+KL_ESTIMATORS = ("k1", "k2", "k3")
 
 
 def ppo_clip_loss(
@@ -40,44 +43,49 @@ def ppo_clip_loss(
     clip_low: float = 0.2,
     clip_high: float = 0.2,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Per-token PPO-clip loss ``-min(ρA, clip(ρ, 1-ε_low, 1+ε_high)A)`` and diagnostics.
+    """Per-token PPO-clip loss ``-min(ρA, clip(ρ, 1-ε_low, 1+ε_high)A)`` and per-token diagnostics.
 
     The log-ratio is clamped to [-20, 20] before ``exp`` so one wild token cannot overflow;
-    padding positions contribute 0.
+    positions off ``mask`` contribute 0. The diagnostics (detached, 0 off the mask) are
+    ``clip_frac`` (1 where the clipped term is the smaller), ``ratio_mean`` (ρ) and
+    ``approx_kl_old`` (``ρ - 1 - log ρ``, k3 of KL(π_old || π)); a metric is their sum over the
+    mask divided by the mask's count.
     """
-    log_ratio = torch.where(mask, logp - old_logp, torch.zeros_like(logp)).clamp(-20.0, 20.0)
+    zero = torch.zeros_like(logp)
+    log_ratio = torch.where(mask, logp - old_logp, zero).clamp(-20.0, 20.0)
     ratio = torch.exp(log_ratio)
     unclipped = ratio * advantages
     clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * advantages
-    loss = -torch.minimum(unclipped, clipped)
-    loss = torch.where(mask, loss, torch.zeros_like(loss))
+    loss = torch.where(mask, -torch.minimum(unclipped, clipped), zero)
     with torch.no_grad():
-        was_clipped = (clipped < unclipped) & mask
-        n = mask.sum().clamp(min=1)
-        stats = {
-            "clip_frac": was_clipped.sum() / n,
-            "ratio_mean": torch.where(mask, ratio, torch.zeros_like(ratio)).sum() / n,
-            "approx_kl_old": torch.where(
-                mask, (ratio - 1) - log_ratio, torch.zeros_like(ratio)
-            ).sum()
-            / n,
+        diag = {
+            "clip_frac": ((clipped < unclipped) & mask).to(logp.dtype),
+            "ratio_mean": torch.where(mask, ratio, zero),
+            "approx_kl_old": torch.where(mask, (ratio - 1) - log_ratio, zero),
         }
-    return loss, stats
+    return loss, diag
 
 
 def kl_penalty(
-    logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, estimator: str = "k3"
+    logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, estimator: str = "k2"
 ) -> torch.Tensor:
-    """Per-token estimate of KL(π || π_ref) from samples of π (Schulman's k1 / k3).
+    """Per-token estimate of KL(π || π_ref) from tokens sampled from π (Schulman's k1 / k2 / k3).
 
-    k1 = log π - log π_ref (unbiased, can be negative); k3 = exp(-k1) - 1 + k1 (unbiased, >= 0,
-    lower variance). The k3 log-ratio is clamped to [-20, 20] for stability.
+    With ``d = log π - log π_ref`` at the sampled token:
+
+    - k1 = d: unbiased value; as a loss its gradient ∇log π has expectation 0 (no KL gradient);
+    - k2 = d² / 2: biased value (≥ 0); its gradient d ∇log π has the expectation ∇KL(π || π_ref);
+    - k3 = exp(-d) - 1 + d: unbiased value (≥ 0, lower variance); its gradient
+      (1 - π_ref/π) ∇log π has the expectation ∇KL(π_ref || π), the other direction (equal to
+      first order near π_ref). Its log-ratio is clamped to [-20, 20] before ``exp``.
     """
-    log_ratio = torch.where(mask, logp - ref_logp, torch.zeros_like(logp))
+    d = torch.where(mask, logp - ref_logp, torch.zeros_like(logp))
     if estimator == "k1":
-        kl = log_ratio
+        kl = d
+    elif estimator == "k2":
+        kl = 0.5 * d * d
     elif estimator == "k3":
-        lr = log_ratio.clamp(-20.0, 20.0)
+        lr = d.clamp(-20.0, 20.0)
         kl = torch.exp(-lr) - 1.0 + lr
     else:
         raise ValueError(f"KL estimator must be one of {KL_ESTIMATORS}, got {estimator!r}")
@@ -96,7 +104,7 @@ def value_loss(
 
 
 def normaliser(mask: torch.Tensor, how: str) -> float:
-    """The mini-batch denominator of ``aggregate`` (tokens or sequences with a response)."""
+    """The mini-batch denominator of ``aggregate`` (tokens in the loss, or sequences with one)."""
     if how == "token-mean":
         return float(mask.sum())
     if how in ("seq-mean-token-mean", "seq-mean-token-sum"):
@@ -107,7 +115,8 @@ def normaliser(mask: torch.Tensor, how: str) -> float:
 def aggregate(
     per_token: torch.Tensor, mask: torch.Tensor, how: str, denom: float | None = None
 ) -> torch.Tensor:
-    """Reduce per-token terms to a scalar; ``denom`` is the mini-batch normaliser (default: this batch's)."""
+    """Reduce per-token terms to a scalar; ``denom`` is the mini-batch normaliser (default: this
+    batch's). ``seq-mean-token-mean`` divides each sequence by its own count of ``mask`` tokens."""
     d = max(denom if denom is not None else normaliser(mask, how), 1.0)
     masked = torch.where(mask, per_token, torch.zeros_like(per_token))
     if how == "token-mean":

@@ -45,6 +45,13 @@ class StepSequence:
         if self.allowed is not None and len(self.allowed) != len(self.response_ids):
             raise ValueError("allowed must give one token set per response token")
 
+    def forced(self) -> np.ndarray:
+        """Per response token, whether constrained decoding left no choice (one allowed token:
+        log-prob 0 at sampling, e.g. ``<action>``, ``</action>`` and EOS of the action template)."""
+        if self.allowed is None:
+            return np.zeros(len(self.response_ids), dtype=bool)
+        return np.fromiter((len(a) == 1 for a in self.allowed), bool, len(self.allowed))
+
 
 @dataclass
 class Collated:

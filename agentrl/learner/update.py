@@ -24,6 +24,7 @@ __all__ = [
     "RowLayout",
     "UpdateInputs",
     "local_layout",
+    "loss_tokens",
     "per_token",
     "plan_micro_batches",
     "token_advantages",
@@ -51,6 +52,9 @@ class UpdateInputs:
     """
 
     adv: np.ndarray
+    keep: Sequence[
+        np.ndarray
+    ]  # per sequence, the response tokens in the loss (:func:`loss_tokens`)
     token_adv: Sequence[np.ndarray] | None = None
     loss_masks: Sequence[np.ndarray] | None = None
     returns: np.ndarray | None = None
@@ -69,8 +73,10 @@ class UpdateInputs:
         returns: np.ndarray | None,
         old_values: np.ndarray | None,
         value_rows: ValueRows | None,
+        mode: str = "sampled",
     ) -> UpdateInputs:
-        """The inputs after the checks :meth:`Learner.update` promises (shapes, finiteness)."""
+        """The inputs after the checks :meth:`Learner.update` promises (shapes, finiteness);
+        ``mode`` is ``trainer.loss_tokens`` (:func:`loss_tokens`)."""
         adv = np.asarray(step_advantages, dtype=np.float32)
         if not np.isfinite(adv).all():
             raise NonFiniteError("non-finite step advantages: the update is skipped")
@@ -86,10 +92,34 @@ class UpdateInputs:
                     )
                 if name == "token_advantages" and not np.isfinite(a).all():
                     raise NonFiniteError(f"non-finite token advantages in sequence {i}")
-        return cls(adv, token_advantages, loss_masks, returns, old_values, value_rows)
+        keep = loss_tokens(seqs, loss_masks, mode)
+        return cls(adv, keep, token_advantages, loss_masks, returns, old_values, value_rows)
 
     def with_reference(self, ref: Sequence[np.ndarray] | None) -> UpdateInputs:
         return dataclasses.replace(self, ref=ref)
+
+
+def loss_tokens(
+    seqs: Sequence[StepSequence], loss_masks: Sequence[np.ndarray] | None, mode: str
+) -> list[np.ndarray]:
+    """Per sequence, which response tokens are in the loss: its denominators, its entropy and KL
+    terms and the per-token metrics.
+
+    ``"sampled"`` (the default): the tokens the policy chose, i.e. not forced by constrained
+    decoding (:meth:`StepSequence.forced`: one allowed token, log-prob 0, no gradient to give),
+    and, with ``loss_masks`` (HiPER's spans), only the tokens they keep, as HiPER's own trainer
+    does (its span mask replaces the response mask of the actor's loss). ``"all"``: every
+    response token (the behaviour before ``trainer.loss_tokens``), ``loss_masks`` then removing
+    tokens from the policy-gradient term only.
+    """
+    if mode == "all":
+        return [np.ones(len(s.response_ids), dtype=bool) for s in seqs]
+    if mode != "sampled":
+        raise ValueError(f"loss_tokens must be 'sampled' or 'all', got {mode!r}")
+    keep = [~s.forced() for s in seqs]
+    if loss_masks is not None:
+        keep = [k & np.asarray(m, dtype=bool) for k, m in zip(keep, loss_masks)]
+    return keep
 
 
 @dataclass(frozen=True)
@@ -98,8 +128,9 @@ class RowLayout:
     the global step rows, of which this rank holds some (``local``).
 
     Per row: ``local`` (the index of its sequence here, -1 on another rank), ``step_row``,
-    ``lengths`` (response tokens, for the loss denominators) and ``active`` (whether any of its
-    advantages is non-zero: only those need a forward when zero advantages can be skipped).
+    ``lengths`` (for the loss denominators) and ``active`` (whether any of its
+    advantages is non-zero: only those need a forward when zero advantages can be skipped);
+    ``lengths`` counts the tokens in the loss (:func:`loss_tokens`).
     """
 
     local: np.ndarray
@@ -119,7 +150,7 @@ def local_layout(seqs: Sequence[StepSequence], inp: UpdateInputs) -> RowLayout:
         active = np.asarray([bool(np.any(a)) for a in inp.token_adv], dtype=bool)
     else:
         active = inp.adv[rows] != 0.0 if len(rows) else np.zeros(0, bool)
-    lengths = np.asarray([len(s.response_ids) for s in seqs], dtype=np.int64)
+    lengths = np.asarray([int(np.sum(k)) for k in inp.keep], dtype=np.int64)
     return RowLayout(np.arange(len(seqs), dtype=np.int64), rows, lengths, active)
 
 

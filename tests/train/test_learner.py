@@ -213,6 +213,7 @@ def test_kl_estimators_by_hand():
     ref = torch.tensor([[-1.5, -1.0]])
     mask = torch.tensor([[True, False]])
     assert torch.allclose(kl_penalty(logp, ref, mask, "k1"), torch.tensor([[0.5, 0.0]]))
+    assert torch.allclose(kl_penalty(logp, ref, mask, "k2"), torch.tensor([[0.125, 0.0]]))
     k3 = np.exp(-0.5) - 1 + 0.5
     assert torch.allclose(
         kl_penalty(logp, ref, mask, "k3"), torch.tensor([[k3, 0.0]], dtype=torch.float32)
@@ -227,7 +228,9 @@ def test_ppo_clip_by_hand():
     loss, stats = ppo_clip_loss(logp, old, adv, mask, clip_low=0.2, clip_high=0.28)
     # ratio 1.5, A>0 -> clipped at 1.28; ratio 0.5, A<0 -> clipped at 0.8 (-0.8 * -1 = 0.8 loss); ratio 1.1 unclipped
     assert torch.allclose(loss, torch.tensor([[-1.28, 0.8, -2.2]]), atol=1e-6)
-    assert abs(float(stats["clip_frac"]) - 2 / 3) < 1e-6
+    # per-token diagnostics: 1 where the clipped term is the smaller, the ratio itself
+    assert stats["clip_frac"].tolist() == [[1.0, 1.0, 0.0]]
+    assert torch.allclose(stats["ratio_mean"], torch.tensor([[1.5, 0.5, 1.1]]), atol=1e-6)
 
 
 def test_lora_reference_is_the_adapter_disabled_model(tiny, sokoban_pool):
@@ -293,3 +296,13 @@ def test_non_finite_weights_after_an_update_stop_training(tiny):
     seqs = [StepSequence([1, 2, 3], [4, 5], [-1.0, -1.0], 0)]
     with pytest.raises(NonFiniteError, match="non-finite weights"):
         learner.update(seqs, np.zeros(1, dtype=np.float32))
+
+
+def test_k1_is_refused_as_a_loss_term_with_its_reason(tiny):
+    """k1's gradient as a loss term is 0 in expectation: a config that asks for it is refused
+    (in load_config, and when a config made in Python reaches the learner)."""
+    from agentrl.config import ConfigError
+
+    model, tok = tiny
+    with pytest.raises(ConfigError, match=r"trainer\.kl_estimator k1 is refused in the loss"):
+        Learner(model, LearnerConfig(kl_coef=0.1, kl_estimator="k1"), tok.pad_token_id)
