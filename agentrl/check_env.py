@@ -28,12 +28,12 @@ from dataclasses import asdict
 from importlib import resources
 from typing import Any
 
-import yaml
 from omegaconf import OmegaConf
 
 from . import envs
 from .config import ConfigError, load_config
 from .envs.contract import RULES, check_contract
+from .envs.registry import parse_kwargs
 
 __all__ = ["main", "token_counter"]
 
@@ -54,16 +54,6 @@ def _preset(group: str, name: str) -> dict[str, Any]:
     data = OmegaConf.to_container(OmegaConf.create(text), resolve=False) or {}
     data.pop("defaults", None)
     return data
-
-
-def _kwargs(pairs: Sequence[str]) -> dict[str, Any]:
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.isidentifier():
-            raise UsageError(f"--kwargs takes KEY=VALUE pairs, got {pair!r}")
-        out[key] = yaml.safe_load(value)
-    return out
 
 
 def resolve_env(name: str, kwargs: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:
@@ -123,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--rules", nargs="+", choices=RULES, default=list(RULES))
     args = ap.parse_args(argv)
     try:
-        env_id, kwargs, settings = resolve_env(args.env, _kwargs(args.kwargs))
+        env_id, kwargs, settings = resolve_env(args.env, parse_kwargs(args.kwargs))
         try:
             envs.make(env_id, **kwargs).close()
         except Exception as exc:  # noqa: BLE001 - any failure to build is a usage problem
@@ -133,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.model:
             count, preset_budget = token_counter(args.model)
             budget = budget or preset_budget
-    except (UsageError, ConfigError) as exc:
+    except (UsageError, ConfigError, ValueError) as exc:
         print(f"check_env: {exc}", file=sys.stderr)
         return 2
     results = check_contract(

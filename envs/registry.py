@@ -13,9 +13,11 @@ import difflib
 import importlib.metadata
 import inspect
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
+import yaml
 from gymnasium.envs.registration import load_env_creator
 
 NAMESPACE = "agentrl"
@@ -147,3 +149,16 @@ def list_envs() -> list[str]:
     """Ids of every registered ``agentrl/`` env, plug-ins included."""
     load_plugins()
     return sorted(k for k in gym.registry if k.startswith(f"{NAMESPACE}/"))
+
+
+def parse_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
+    """Command-line env kwargs: ``["dim_room=5", "open_room=true"]`` -> ``{"dim_room": 5,
+    "open_room": True}`` (YAML values, read with ``yaml.safe_load``: data only). Raises
+    ``ValueError`` naming a pair that is not ``KEY=VALUE``."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.isidentifier():
+            raise ValueError(f"--kwargs takes KEY=VALUE pairs, got {pair!r}")
+        out[key] = yaml.safe_load(value)
+    return out

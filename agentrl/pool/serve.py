@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -45,6 +44,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from agentrl import envs
+from agentrl.envs.registry import parse_kwargs
 
 from .base import StepResult
 from .process import EnvPool
@@ -358,16 +358,6 @@ def create_app(service: EnvService, *, token: str | None = None, max_body: int =
     return Starlette(routes=routes, exception_handlers=handlers)
 
 
-def _kwargs(pairs: Sequence[str]) -> dict[str, Any]:
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.isidentifier():
-            raise ValueError(f"--kwargs takes KEY=VALUE pairs, got {pair!r}")
-        out[key] = yaml.safe_load(value)
-    return out
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m agentrl.pool.serve", description=__doc__.split("\n\n")[0]
@@ -394,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError("--max-sessions must be >= 1 and --workers >= 0")
         service = EnvService(
             args.env,
-            _kwargs(args.kwargs),
+            parse_kwargs(args.kwargs),
             max_sessions=args.max_sessions,
             workers=args.workers,
             step_timeout=args.step_timeout,

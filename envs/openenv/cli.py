@@ -14,28 +14,15 @@ import argparse
 import socket
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 import uvicorn
-import yaml
 
+from ..registry import parse_kwargs
 from .server import create_openenv_app
 
-__all__ = ["main", "parse_kwargs"]
+__all__ = ["main", "parse_kwargs"]  # parse_kwargs: envs.registry's, kept importable here
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-def parse_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
-    """``["dim_room=5", "open_room=true"]`` -> ``{"dim_room": 5, "open_room": True}`` (YAML
-    values, read with ``yaml.safe_load``: data only)."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.isidentifier():
-            raise ValueError(f"--kwargs takes KEY=VALUE pairs, got {pair!r}")
-        out[key] = yaml.safe_load(value)
-    return out
 
 
 def _parser() -> argparse.ArgumentParser:
