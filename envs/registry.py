@@ -29,6 +29,7 @@ BUILTIN: dict[str, str] = {
     "WebShop-v0": "agentrl.envs.webshop:WebShopEnv",
     "ALFWorld-v0": "agentrl.envs.alfworld.env:ALFWorldEnv",
     "TextWorld-v0": "agentrl.envs.textworld.env:TextWorldEnv",
+    "Search-v0": "agentrl.envs.search.env:SearchEnv",
 }
 
 _plugins_loaded = False
