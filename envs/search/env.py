@@ -383,14 +383,15 @@ class SearchEnv(TextEnv):
         return [f"search[{s}]" for s in searches] + [f"answer[{a}]" for a in answers]
 
     def expert_action(self) -> str:
-        """Gold retrieval, then the answer: search each entity of the question's chain whose
-        profile is not retrieved yet (generated world; with files: search the question once),
-        then answer the first golden answer."""
+        """Gold retrieval, then the answer: search each entity of the question's chain in turn
+        (generated world; each one's profile is its first result, so the answer is among the
+        last results; with files: search the question once), then answer the first golden
+        answer."""
         task = self._task
         assert task is not None, "call reset() first"
-        if task.chain is not None and self.world is not None:
+        if task.chain is not None:
             for entity in task.chain:
-                if self.world.profile[entity] not in self.retrieved:
+                if entity.lower() not in self.searched:
                     return f"search[{entity}]"
         elif not self.searched:
             return f"search[{task.question}]"
