@@ -3,9 +3,9 @@
 Why our own engine rather than a library: the index of a 21M-passage corpus (wiki-18) must be
 built on one machine in bounded memory and opened by every env worker without a copy.
 ``build`` reads the texts once, in chunks: each chunk's (term, passage, tf) triples are counted
-with numpy and spilled to disk; a second pass scatters them into the final posting arrays, which
-are written as ``.npy`` files through memory maps. Peak memory is one chunk plus the vocabulary,
-not the corpus (bm25s, the maintained library closest to this, MIT-licensed, builds its score
+with numpy and spilled to disk; a second pass gathers them one term range at a time into the
+final posting arrays, written sequentially as ``.npy`` files. Peak memory is one chunk (or one
+term range) plus the vocabulary, not the corpus (bm25s, the maintained library closest to this, MIT-licensed, builds its score
 matrix from all tokens in memory). ``open(path)`` maps the files read-only, so every process
 shares the page cache's one copy. Ranking is fully deterministic: score descending, then passage
 number ascending, so the local index and a server serving it give identical lists.
@@ -25,6 +25,7 @@ import bisect
 import json
 import re
 import shutil
+from array import array
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -100,12 +101,16 @@ class BM25Index:
         k1: float = 0.9,
         b: float = 0.4,
         chunk_docs: int = 50_000,
+        partition_postings: int = 1 << 24,
     ) -> BM25Index:
         """Index ``texts`` (a text's position is its passage number).
 
         With ``path`` the index is written there (a directory, created) and returned opened from
-        it, memory-mapped; without, it is built in memory. Chunks of ``chunk_docs`` passages are
-        counted at a time and, with ``path``, spilled to disk, so memory stays bounded.
+        it, memory-mapped; without, it is built in memory. Pass 1 counts ``chunk_docs`` passages
+        at a time and, with ``path``, spills each chunk's postings to disk (sorted by term).
+        Pass 2 fills the posting arrays one term range of at most ``partition_postings``
+        postings at a time (gathered from every chunk, in passage order) and writes it
+        sequentially, so memory stays bounded and the output is never written at random.
         """
         out = Path(path) if path is not None else None
         spill = out / "_build" if out is not None else None
@@ -114,8 +119,8 @@ class BM25Index:
         vocab: dict[str, int] = {}
         df = np.zeros(1024, dtype=np.int64)
         lengths: list[np.ndarray] = []
-        chunks: list = []  # (terms, docs, tfs) arrays, or the path of their spilled .npz
-        flat: list[int] = []
+        chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray] | Path] = []
+        flat = array("q")  # the chunk's term numbers (8 bytes each, no int objects kept)
         chunk_lengths: list[int] = []
         start = 0
 
@@ -124,7 +129,7 @@ class BM25Index:
             n = len(chunk_lengths)
             if n == 0:
                 return
-            terms = np.asarray(flat, dtype=np.int64)
+            terms = np.frombuffer(flat, dtype=np.int64).copy() if flat else np.zeros(0, np.int64)
             local = np.repeat(np.arange(n, dtype=np.int64), chunk_lengths)
             keys, tfs = np.unique(terms * n + local, return_counts=True)  # sorted: term, doc
             t, d = keys // n, keys % n + start
@@ -135,14 +140,15 @@ class BM25Index:
             df[: len(vocab)] += np.bincount(t, minlength=len(vocab))
             arrays = (t.astype(np.int32), d.astype(np.int32), tfs.astype(np.int32))
             if spill is not None:
-                name = spill / f"chunk{len(chunks):06d}.npz"
-                np.savez(name, t=arrays[0], d=arrays[1], f=arrays[2])
+                name = spill / f"chunk{len(chunks):06d}"
+                for suffix, arr in zip("tdf", arrays):
+                    np.save(f"{name}_{suffix}.npy", arr)
                 chunks.append(name)
             else:
                 chunks.append(arrays)
             lengths.append(np.asarray(chunk_lengths, dtype=np.int32))
             start += n
-            flat, chunk_lengths = [], []
+            flat, chunk_lengths = array("q"), []
 
         for text in texts:
             ids = [vocab.setdefault(term, len(vocab)) for term in analyze(text)]
@@ -161,6 +167,7 @@ class BM25Index:
         post_offsets = np.zeros(num_terms + 1, dtype=np.int64)
         np.cumsum(df, out=post_offsets[1:])
         total = int(post_offsets[-1])
+        norm = k1 * (1.0 - b + b * doc_lengths.astype(np.float64) / avgdl)
 
         def alloc(name: str, dtype, shape) -> np.ndarray:
             if out is None:
@@ -169,22 +176,35 @@ class BM25Index:
                 out / f"{name}.npy", mode="w+", dtype=dtype, shape=shape
             )
 
+        def chunk_arrays(chunk) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            if isinstance(chunk, Path):
+                return tuple(np.load(f"{chunk}_{s}.npy", mmap_mode="r") for s in "tdf")
+            return chunk
+
         post_docs = alloc("post_docs", np.int32, (total,))
         post_scores = alloc("post_scores", np.float32, (total,))
-        cursor = post_offsets[:-1].copy()
-        norm = k1 * (1.0 - b + b * doc_lengths.astype(np.float64) / avgdl)
-        for chunk in chunks:
-            if isinstance(chunk, Path):
-                with np.load(chunk) as z:
-                    t, d, f = z["t"], z["d"], z["f"]
-            else:
-                t, d, f = chunk
-            u, first, counts = np.unique(t, return_index=True, return_counts=True)
-            pos = cursor[t] + (np.arange(len(t)) - np.repeat(first, counts))
-            post_docs[pos] = d
-            tf = f.astype(np.float64)
-            post_scores[pos] = (idf[t] * tf * (k1 + 1.0) / (tf + norm[d])).astype(np.float32)
-            cursor[u] += counts
+        cuts = np.searchsorted(post_offsets, np.arange(0, total, max(1, partition_postings)))
+        bounds = np.unique(np.concatenate([[0], np.minimum(cuts, num_terms), [num_terms]]))
+        for ta, tb in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            base, size = int(post_offsets[ta]), int(post_offsets[tb] - post_offsets[ta])
+            buf_docs = np.empty(size, np.int32)
+            buf_scores = np.empty(size, np.float32)
+            cursor = post_offsets[ta:tb] - base
+            for chunk in chunks:
+                t_all, d_all, f_all = chunk_arrays(chunk)
+                lo, hi = np.searchsorted(t_all, [ta, tb])
+                t = np.asarray(t_all[lo:hi], dtype=np.int64)
+                if t.size == 0:
+                    continue
+                d, f = np.asarray(d_all[lo:hi]), np.asarray(f_all[lo:hi], dtype=np.float64)
+                u, first, counts = np.unique(t, return_index=True, return_counts=True)
+                pos = cursor[t - ta] + (np.arange(t.size) - np.repeat(first, counts))
+                buf_docs[pos] = d
+                buf_scores[pos] = idf[t] * f * (k1 + 1.0) / (f + norm[d])
+                cursor[u - ta] += counts
+            post_docs[base : base + size] = buf_docs
+            post_scores[base : base + size] = buf_scores
+            del buf_docs, buf_scores
         chunks.clear()
         if spill is not None:
             shutil.rmtree(spill, ignore_errors=True)

@@ -17,6 +17,7 @@ import os
 import shutil
 import tempfile
 import threading
+from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,7 +155,7 @@ def open_corpus(
         root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=root))
         try:
-            offsets: list[int] = []
+            offsets = array("q")  # byte offset of every passage's line
 
             def texts() -> Iterator[str]:
                 for off, passage in read_corpus(path):
@@ -162,7 +163,7 @@ def open_corpus(
                     yield passage.contents
 
             BM25Index.build(texts(), tmp, k1=k1, b=b, chunk_docs=chunk_docs)
-            np.save(tmp / "offsets.npy", np.asarray(offsets, dtype=np.int64))
+            np.save(tmp / "offsets.npy", np.frombuffer(offsets, dtype=np.int64))
             (tmp / "source.json").write_text(json.dumps({"corpus": str(path.resolve())}))
             try:
                 os.rename(tmp, out)

@@ -156,7 +156,8 @@ def test_bm25_on_disk_chunked_and_in_memory_agree(tmp_path):
     w = generate_world(WorldSpec(num_entities=25, distractors=3, seed=5))
     texts = [p.contents for p in w.passages]
     memory = BM25Index.build(texts)
-    disk = BM25Index.build(texts, tmp_path / "idx", chunk_docs=7)  # several spilled chunks
+    # several spilled chunks, several term ranges
+    disk = BM25Index.build(texts, tmp_path / "idx", chunk_docs=7, partition_postings=10)
     assert not (tmp_path / "idx" / "_build").exists()
     reopened = BM25Index.open(tmp_path / "idx")
     assert isinstance(reopened.post_docs, np.memmap)
