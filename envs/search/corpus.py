@@ -11,6 +11,7 @@ is read from the file by offset when retrieved, so the corpus is never held in m
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -141,11 +142,8 @@ def open_corpus(
     b: float = 0.4,
     chunk_docs: int = 50_000,
 ) -> tuple[BM25Index, JsonlPassages]:
-    """The BM25 index and passages of jsonl corpus ``path``, indexed on first use and cached.
-
-    The index is built in a temporary sibling folder and renamed into place, so concurrent
-    builders and interrupted builds never leave a half-written entry.
-    """
+    """The BM25 index and passages of jsonl corpus ``path``, indexed on first use and cached
+    (one process builds while the others wait on a lock file)."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise CorpusError(f"{path}: no such corpus file")
@@ -153,24 +151,32 @@ def open_corpus(
     out = root / f"{path.stem}-{corpus_key(path, k1, b)}"
     if not (out / "meta.json").exists():
         root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=root))
-        try:
-            offsets = array("q")  # byte offset of every passage's line
-
-            def texts() -> Iterator[str]:
-                for off, passage in read_corpus(path):
-                    offsets.append(off)
-                    yield passage.contents
-
-            BM25Index.build(texts(), tmp, k1=k1, b=b, chunk_docs=chunk_docs)
-            np.save(tmp / "offsets.npy", np.frombuffer(offsets, dtype=np.int64))
-            (tmp / "source.json").write_text(json.dumps({"corpus": str(path.resolve())}))
-            try:
-                os.rename(tmp, out)
-            except OSError:  # another process won the race; its index is identical
-                shutil.rmtree(tmp, ignore_errors=True)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        # One builder at a time: the env workers that open a new corpus together wait for the
+        # first one's index instead of each building it.
+        with open(root / f".{out.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (out / "meta.json").exists():
+                _build(path, out, k1, b, chunk_docs)
     index = BM25Index.open(out)
     return index, JsonlPassages(path, np.load(out / "offsets.npy", mmap_mode="r"))
+
+
+def _build(path: Path, out: Path, k1: float, b: float, chunk_docs: int) -> None:
+    """Index ``path`` into a temporary sibling of ``out`` renamed into place at the end, so an
+    interrupted build never leaves a half-written entry."""
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
+    try:
+        offsets = array("q")  # byte offset of every passage's line
+
+        def texts() -> Iterator[str]:
+            for off, passage in read_corpus(path):
+                offsets.append(off)
+                yield passage.contents
+
+        BM25Index.build(texts(), tmp, k1=k1, b=b, chunk_docs=chunk_docs)
+        np.save(tmp / "offsets.npy", np.frombuffer(offsets, dtype=np.int64))
+        (tmp / "source.json").write_text(json.dumps({"corpus": str(path.resolve())}))
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
 import os
 import socket
 import subprocess
@@ -388,6 +389,23 @@ def test_env_on_files_with_a_cached_index(tmp_path):
     assert passages[2].title == "Lyon" and index.num_docs == 3
     with pytest.raises(ValueError, match="corpus_file"):
         SearchEnv(train_file=str(train))
+
+
+def _open_in_child(args) -> tuple[int, str]:
+    index, passages = open_corpus(args[0], cache_dir=args[1])
+    return index.num_docs, passages[1].title
+
+
+def test_concurrent_openers_build_the_index_once(tmp_path):
+    corpus = _write(tmp_path / "wiki.jsonl", CORPUS * 200)
+    cache = tmp_path / "cache"
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(3) as pool:
+        results = pool.map(_open_in_child, [(str(corpus), str(cache))] * 3)
+    assert results == [(600, "Paris")] * 3
+    assert [p.name for p in cache.iterdir() if not p.name.startswith(".")] == [
+        next(cache.glob("wiki-*")).name
+    ]  # one index, no temporary folder left
 
 
 # -- the env ----------------------------------------------------------------------------------------
