@@ -292,8 +292,14 @@ class BM25Index:
         if len(docs_parts) == 1:
             docs, scores = docs_parts[0], score_parts[0]
         else:
-            docs, inverse = np.unique(np.concatenate(docs_parts), return_inverse=True)
-            scores = np.bincount(inverse, weights=np.concatenate(score_parts))
+            all_docs, all_scores = np.concatenate(docs_parts), np.concatenate(score_parts)
+            if all_docs.size * 16 > self.num_docs:  # long lists: a dense sum beats sorting them
+                acc = np.bincount(all_docs, weights=all_scores, minlength=self.num_docs)
+                docs = np.flatnonzero(acc)  # every impact is > 0: the matching passages
+                scores = acc[docs]
+            else:
+                docs, inverse = np.unique(all_docs, return_inverse=True)
+                scores = np.bincount(inverse, weights=all_scores)
         if docs.size > k:
             kth = np.partition(scores, docs.size - k)[docs.size - k]
             keep = scores >= kth

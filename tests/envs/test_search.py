@@ -153,6 +153,39 @@ def test_bm25_scores_by_the_formula():
     assert index.search("unknownword", 3)[0].size == 0
 
 
+def test_bm25_matches_a_brute_force_scorer():
+    """Random corpus and queries: rare terms take the sorting path, common ones the dense sum."""
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(200)]
+    p = 1 / np.arange(1, 201)
+    texts = [
+        " ".join(rng.choice(words, size=rng.integers(1, 30), p=p / p.sum())) for _ in range(400)
+    ]
+    index = BM25Index.build(texts)
+    bags = [analyze(t) for t in texts]
+    avgdl, n = np.mean([len(b) for b in bags]), len(bags)
+    df = {w: sum(w in b for b in bags) for w in words}
+    paths = set()
+    for i in range(80):
+        query = list(rng.choice(words[: 20 if i % 2 else 200], size=rng.integers(2, 4)))
+        paths.add(16 * sum(df[w] for w in set(query)) > n)  # the engine's dense-sum rule
+        want = {}
+        for d, bag in enumerate(bags):
+            score = 0.0
+            for w in query:
+                tf = bag.count(w)
+                if tf:
+                    idf = math.log(1 + (n - df[w] + 0.5) / (df[w] + 0.5))
+                    score += idf * tf * 1.9 / (tf + 0.9 * (0.6 + 0.4 * len(bag) / avgdl))
+            if score:
+                want[d] = score
+        best = sorted(want, key=lambda d: (-round(want[d], 4), d))[:10]
+        docs, scores = index.search(" ".join(query), 10)
+        assert scores == pytest.approx([want[d] for d in best], rel=1e-5), query
+        assert [round(want[d], 4) for d in docs.tolist()] == [round(want[d], 4) for d in best]
+    assert paths == {True, False}
+
+
 def test_bm25_on_disk_chunked_and_in_memory_agree(tmp_path):
     w = generate_world(WorldSpec(num_entities=25, distractors=3, seed=5))
     texts = [p.contents for p in w.passages]
