@@ -164,11 +164,8 @@ class SearchEnv(TextEnv):
         if not 0.0 <= format_reward < 1.0:
             raise ValueError(f"format_reward must lie in [0, 1), got {format_reward}")
         self.topk, self.max_turns, self.reward_kind = topk, max_turns, reward
-        self.format_reward, self.observation_mode, self.key_mode = (
-            format_reward,
-            observation,
-            state_key,
-        )
+        self.format_reward = format_reward
+        self.observation_mode, self.key_mode = observation, state_key
         self.max_search, self.max_answer = max_search_actions, max_answer_actions
         self.max_chars = max_action_chars
         self.world: World | None = None
@@ -177,12 +174,12 @@ class SearchEnv(TextEnv):
         if train_file is None and test_file is None:
             self._init_world(
                 WorldSpec(
-                    num_entities,
-                    tuple(attributes),
-                    tuple(relations),
-                    distractors,
-                    names,
-                    world_seed,
+                    num_entities=num_entities,
+                    attributes=tuple(attributes),
+                    relations=tuple(relations),
+                    distractors=distractors,
+                    names=names,
+                    seed=world_seed,
                 ),
                 tuple(question_types),
                 test_fraction,
