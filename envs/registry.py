@@ -32,6 +32,7 @@ BUILTIN: dict[str, str] = {
     "ALFWorld-v0": "agentrl.envs.alfworld.env:ALFWorldEnv",
     "TextWorld-v0": "agentrl.envs.textworld.env:TextWorldEnv",
     "OpenEnv-v0": "agentrl.envs.openenv.client:OpenEnvEnv",
+    "Search-v0": "agentrl.envs.search.env:SearchEnv",
 }
 
 _plugins_loaded = False
