@@ -54,7 +54,7 @@ def run(nproc: int, overrides: list[str], out: Path, timeout: float) -> dict:
     )
     quiet = [
         "trainer.progress=false",
-        "trainer.tensorboard=false",
+        "trainer.loggers=[]",
         "trainer.plot=false",
         "trainer.eval_initial=false",
         "trainer.eval_every=0",

@@ -50,7 +50,7 @@ from agentrl.evaluation.multiseed import (
 
 ROOT = Path(__file__).resolve().parents[1]
 
-QUIET = ["trainer.progress=false", "trainer.tensorboard=false", "trainer.plot=false"]
+QUIET = ["trainer.progress=false", "trainer.loggers=[]", "trainer.plot=false"]
 
 
 def label_of(overrides: list[str]) -> str:

@@ -71,7 +71,7 @@ def bench_iteration(args) -> dict:
     overrides = [
         "trainer.eval_initial=false",
         "trainer.progress=false",
-        "trainer.tensorboard=false",
+        "trainer.loggers=[]",
         "trainer.plot=false",
         "env.eval_episodes=1",
         "trainer.checkpoint_every=0",

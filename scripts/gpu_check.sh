@@ -200,7 +200,7 @@ train_argv() {  # train_argv RUN_DIR ITERATIONS [more overrides]: fills ARGV
     ARGV=(-m agentrl.train model=path "model.name=$WORK/model" model.constrained=true
           model.gradient_checkpointing=true "trainer.device=$DEVICE" "trainer.iterations=$its"
           trainer.checkpoint_every=0 trainer.eval_every=0 trainer.progress=false
-          trainer.tensorboard=false trainer.plot=false "output_dir=$run" "hydra.run.dir=$run"
+          'trainer.loggers=[]' trainer.plot=false "output_dir=$run" "hydra.run.dir=$run"
           "${RUN_ARGS[@]}" "${EXTRA[@]}" "$@")
 }
 
