@@ -104,16 +104,21 @@ def evaluate(cfg: DictConfig) -> Report:
     s = _resolve(cfg)
     _check_env(s)
     out = Path(cfg.output_dir)
-    tasks = make_tasks(
-        s["env"],
-        s["env_kwargs"],
-        split=s["split"],
-        episodes=s["episodes"],
-        task_ids=s["task_ids"],
-        seed_base=s["seed_base"],
-        seed=s["seed"],
-        repeats=s["repeats"],
-    )
+    try:  # a split, task id or count the env does not have is the config's problem
+        tasks = make_tasks(
+            s["env"],
+            s["env_kwargs"],
+            split=s["split"],
+            episodes=s["episodes"],
+            task_ids=s["task_ids"],
+            seed_base=s["seed_base"],
+            seed=s["seed"],
+            repeats=s["repeats"],
+        )
+    except (ValueError, KeyError) as exc:
+        raise ConfigProblem(
+            exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        ) from None
     agent_cfg = OmegaConf.to_container(cfg.agent, resolve=True)
     meta = {
         "agent": str(cfg.agent.name),

@@ -87,7 +87,9 @@ def test_cli_twice_gives_identical_results(tmp_path):
     ],
 )
 def test_cli_reports_bad_config(tmp_path, overrides, message):
+    """A config problem is one line and exit 2, as in agentrl.train."""
     res = run_cli(tmp_path, *overrides)
-    assert res.returncode == 1
-    assert "evaluation failed" in res.stderr and message in res.stderr
+    assert res.returncode == 2
+    assert "invalid config" in res.stderr and message in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
     assert "Traceback" not in res.stderr
