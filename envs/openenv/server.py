@@ -36,6 +36,7 @@ from pydantic import Field
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocketDisconnect
 
+from ..base import INFO_KEYS
 from ..registry import make, resolve_id
 from .mapping import key_text
 
@@ -86,19 +87,6 @@ class AgentrlState(State):
     category: str = ""
     state_key: str = ""
     expert_action: str | None = None
-
-
-_INFO_FIELDS = (
-    "instruction",
-    "task_id",
-    "category",
-    "admissible_actions",
-    "state_key",
-    "action_valid",
-    "won",
-    "score",
-    "milestones",
-)
 
 
 def _json_value(value: Any) -> Any:
@@ -158,10 +146,10 @@ class AgentrlEnvironment(Environment[AgentrlAction, AgentrlObservation, AgentrlS
         self, obs: str, info: dict[str, Any], *, reward: float | None, done: bool, truncated: bool
     ) -> AgentrlObservation:
         self._info = info
-        values = {k: info[k] for k in _INFO_FIELDS}
+        values = {k: info[k] for k in INFO_KEYS}
         values["state_key"] = key_text(values["state_key"])
         values["milestones"] = [str(m) for m in values["milestones"]]
-        extra = {k: _json_value(v) for k, v in info.items() if k not in _INFO_FIELDS}
+        extra = {k: _json_value(v) for k, v in info.items() if k not in INFO_KEYS}
         return AgentrlObservation(
             text=obs,
             reward=reward,
