@@ -16,10 +16,15 @@ so an interrupted benchmark continues where it stopped (``--fresh`` reruns every
 Examples::
 
     python scripts/bench_learning.py                                   # the no-argument default, 5 seeds
+    python scripts/bench_learning.py --seeds report                    # the 10 report seeds (1000-1009)
     python scripts/bench_learning.py trainer.num_threads=2             # same, two threads per run
     python scripts/bench_learning.py --compare credit=grpo credit=gigpo --seeds 5
     python scripts/bench_learning.py --seeds 2 --compare credit=grpo credit=gigpo -- \\
         trainer.iterations=2 env.eval_episodes=8 trainer.eval_every=1
+
+Seeds: ``--seeds N`` (N seeds from ``--seed-start``), a named set (``tuning``: 0-9, what tuning and
+screening may look at; ``report``: 1000-1009, fixed up front, for headline figures only; ``report:5``
+its first five) or a list (``1000-1004,1007``). The table's heading names the seeds it used.
 
 Overrides for every config go before ``--compare`` or after a ``--`` that ends its list: without
 it they would be read as more configs. The plan (configs, common overrides) is printed first.
@@ -39,10 +44,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from agentrl.evaluation.multiseed import (
+    SEED_SETS,
     RunResult,
     bootstrap_diff_ci,
     fmt_rate_ci,
     mean_curve,
+    parse_seeds,
     read_run,
     summarize_runs,
     targets,
@@ -288,6 +295,8 @@ def report(
         + ". Held-out greedy success with 95 % Wilson intervals; across seeds the mean with a"
         " percentile-bootstrap interval of the mean (10,000 resamples).",
         "",
+        "Seeds: " + seeds_text(sorted({r.seed for runs in results.values() for r in runs})) + ".",
+        "",
         "## Across seeds",
         "",
         across_table(summaries, {k: len(v) for k, v in results.items()}),
@@ -361,9 +370,22 @@ def report(
     return text
 
 
+def seeds_text(seeds: list[int]) -> str:
+    """``[1000, 1001, 1002, 1007]`` as ``1000-1002, 1007``, naming the set it is, if one."""
+    named = [k for k, v in SEED_SETS.items() if list(v) == sorted(seeds)]
+    runs: list[list[int]] = []
+    for s in sorted(seeds):
+        if runs and s == runs[-1][-1] + 1:
+            runs[-1].append(s)
+        else:
+            runs.append([s])
+    text = ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+    return f"{text} (the {named[0]} set)" if named else text
+
+
 def plan_text(labels: list[str], common: list[str], seeds: list[int]) -> str:
     """What is about to run, so that overrides read as configs (a missing ``--``) show at once."""
-    lines = [f"{len(labels)} config(s) x {len(seeds)} seed(s) ({seeds[0]}-{seeds[-1]}):"]
+    lines = [f"{len(labels)} config(s) x {len(seeds)} seed(s) ({seeds_text(seeds)}):"]
     lines += [f"  {i}. {label}" for i, label in enumerate(labels, 1)]
     lines.append("common overrides: " + (" ".join(common) if common else "none"))
     return "\n".join(lines)
@@ -383,7 +405,12 @@ def main(argv: list[str] | None = None) -> int:
         "'credit=gigpo trainer.lr=3e-4'); the first is the base of the differences; end the "
         "list with -- when common overrides follow",
     )
-    ap.add_argument("--seeds", type=int, default=5, help="seeds per config (default 5)")
+    ap.add_argument(
+        "--seeds",
+        default="5",
+        help="a count (from --seed-start), a named set (tuning: 0-9, report: 1000-1009, "
+        "report:5 for its first five) or a list like 1000-1004,1007 (default 5)",
+    )
     ap.add_argument("--seed-start", type=int, default=0, help="first seed (default 0)")
     ap.add_argument(
         "--jobs", type=int, default=os.cpu_count() or 1, help="runs at once (default: cores)"
@@ -405,8 +432,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
-    if args.seeds < 1:
-        ap.error("--seeds must be at least 1")
+    try:
+        seeds = parse_seeds(args.seeds, args.seed_start)
+    except ValueError as exc:
+        ap.error(str(exc))
     if args.jobs < 1:
         ap.error("--jobs must be at least 1")
     specs = [shlex.split(c) for c in args.compare] if args.compare else [[]]
@@ -416,7 +445,6 @@ def main(argv: list[str] | None = None) -> int:
         if label in configs:
             ap.error(f"--compare lists the config {spec} twice")
         configs[label] = [*args.overrides, *spec]
-    seeds = list(range(args.seed_start, args.seed_start + args.seeds))
     print(plan_text(list(configs), args.overrides, seeds), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

@@ -10,7 +10,10 @@ holds the pure pieces of ``scripts/bench_learning.py``:
 - :func:`bootstrap_mean_ci` and :func:`bootstrap_diff_ci`: percentile-bootstrap intervals of a
   mean over seeds and of a difference of two configs' means (seeds resampled independently per
   config, i.e. unpaired);
-- :func:`summarize_runs` and :func:`targets` aggregate a config's runs.
+- :func:`summarize_runs` and :func:`targets` aggregate a config's runs;
+- :data:`SEED_SETS` and :func:`parse_seeds`: the named seed sets that keep tuning apart from
+  reporting (``tuning``: seeds 0-9, the ones screening, tuning and every wave-1/2 benchmark used;
+  ``report``: seeds 1000-1009, fixed up front and never used to choose a setting).
 
 With 5 seeds a percentile bootstrap interval is narrower than the nominal 95 % (it cannot reach
 beyond the observed values): read it as a description of the spread, not as a guarantee.
@@ -29,6 +32,7 @@ import numpy as np
 from .stats import wilson_interval
 
 __all__ = [
+    "SEED_SETS",
     "Evaluation",
     "RunResult",
     "bootstrap_diff_ci",
@@ -36,6 +40,7 @@ __all__ = [
     "bootstrap_means",
     "fmt_rate_ci",
     "mean_curve",
+    "parse_seeds",
     "read_run",
     "summarize_runs",
     "targets",
@@ -103,6 +108,47 @@ class RunResult:
     def drop_from_best_points(self) -> float:
         """How far the final evaluation sits below the run's best one, in points (>= 0)."""
         return 100.0 * (self.best.rate - self.final.rate)
+
+
+SEED_SETS: dict[str, tuple[int, ...]] = {
+    "tuning": tuple(range(10)),  # screening and tuning may look at these
+    "report": tuple(range(1000, 1010)),  # headline figures only: never used to pick a setting
+}
+
+
+def parse_seeds(spec: str, start: int = 0) -> list[int]:
+    """The seeds a ``--seeds`` value names: a set name (``tuning``, ``report``, or its first
+    ``N`` seeds as ``report:5``), a count ``N`` (seeds ``start .. start+N-1``), or a
+    comma-separated list of seeds and ``a-b`` ranges (``1000-1004,1007``). Raises ``ValueError``
+    with a one-line reason on anything else (empty, negative, repeated seeds)."""
+    text = spec.strip()
+    name, _, count = text.partition(":")
+    if name in SEED_SETS:
+        seeds = list(SEED_SETS[name])
+        if count:
+            if not count.isdigit() or not 1 <= int(count) <= len(seeds):
+                raise ValueError(f"seed set {name!r} has {len(seeds)} seeds; got {text!r}")
+            seeds = seeds[: int(count)]
+        return seeds
+    if text.isdigit():
+        if int(text) < 1:
+            raise ValueError("--seeds must name at least one seed")
+        return list(range(start, start + int(text)))
+    seeds: list[int] = []
+    for part in text.split(","):
+        lo, dash, hi = part.strip().partition("-")
+        if not lo.isdigit() or (dash and not hi.isdigit()):
+            names = ", ".join(SEED_SETS)
+            raise ValueError(
+                f"--seeds {spec!r}: expected a count, a set ({names}) or a list like 1000-1004,1007"
+            )
+        first, last = int(lo), int(hi) if dash else int(lo)
+        if last < first:
+            raise ValueError(f"--seeds {spec!r}: the range {part.strip()!r} is empty")
+        seeds.extend(range(first, last + 1))
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds {spec!r} names a seed twice")
+    return seeds
 
 
 def read_run(folder: str | Path, seed: int, cpu_s: float | None = None) -> RunResult:

@@ -168,6 +168,12 @@ class OpenEnvEnv(TextEnv):
             return out
         except RuntimeError as exc:
             match = _ERROR_CODE.search(str(exc))
+            if match and match.group(1) == "CAPACITY_REACHED":  # no session was opened
+                self._drop()
+                raise OpenEnvServerError(
+                    f"OpenEnv server at {self.url}: {what} failed: {exc} (are all its sessions "
+                    "in use?)"
+                ) from exc
             if match and str(exc).startswith("Server error"):
                 raise _ErrorReply(match.group(1), str(exc)) from exc
             self._drop()

@@ -10,11 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentrl.evaluation.multiseed import (
+    SEED_SETS,
     Evaluation,
     RunResult,
     bootstrap_diff_ci,
     bootstrap_mean_ci,
     mean_curve,
+    parse_seeds,
     read_run,
     summarize_runs,
     targets,
@@ -170,3 +172,23 @@ def test_read_run_errors_name_the_file(tmp_path):
 def test_bootstrap_is_reproducible():
     x = np.linspace(0, 1, 5)
     assert bootstrap_mean_ci(x, seed=7) == bootstrap_mean_ci(x, seed=7)
+
+
+def test_seed_sets_counts_and_lists():
+    assert parse_seeds("report") == list(range(1000, 1010))
+    assert parse_seeds("tuning") == list(range(10))
+    assert parse_seeds("report:3") == [1000, 1001, 1002]
+    assert parse_seeds("3", start=7) == [7, 8, 9]
+    assert parse_seeds("1000-1002,1007") == [1000, 1001, 1002, 1007]
+    assert not set(SEED_SETS["report"]) & set(SEED_SETS["tuning"])  # reporting never tunes
+    for bad, why in [
+        ("0", "at least one"),
+        ("report:11", "has 10 seeds"),
+        ("report:x", "has 10 seeds"),
+        ("5-3", "is empty"),
+        ("1,1", "twice"),
+        ("reprot", "expected a count"),
+        ("", "expected a count"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            parse_seeds(bad)
