@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from .records import EpisodeRecord
-from .stats import wilson_interval
+from .stats import mean_interval, wilson_interval
 
 __all__ = ["ALL", "STATS", "GroupStats", "ReportView", "metric_key", "parse_metric_key"]
 
@@ -40,7 +40,8 @@ class GroupStats:
     """Statistics of one group of episodes (an env's category, an env, or everything).
 
     ``success_rate`` and its Wilson interval ``success_ci_low``/``success_ci_high`` are fractions
-    in [0, 1]; ``mean_score`` is the mean final ``info["score"]`` (in [0, 1]);
+    in [0, 1]; ``mean_score`` is the mean final ``info["score"]`` (in [0, 1]) and
+    ``score_ci_low``/``score_ci_high`` its interval (:func:`~.stats.mean_interval`);
     ``invalid_action_rate`` is invalid actions over all actions of the group (step-weighted; 0
     when the group took no step); ``truncations`` counts episodes that ended without terminating
     (step cap or cut), ``errors`` those cut by a failure.
@@ -54,6 +55,8 @@ class GroupStats:
     success_ci_low: float
     success_ci_high: float
     mean_score: float
+    score_ci_low: float
+    score_ci_high: float
     mean_steps: float
     mean_return: float
     steps: int
@@ -73,6 +76,8 @@ class GroupStats:
         steps = sum(r.steps for r in records)
         invalid = sum(r.invalid_actions for r in records)
         low, high = wilson_interval(wins, n, confidence)
+        score = math.fsum(r.score for r in records) / n
+        score_low, score_high = mean_interval(min(1.0, max(0.0, score)), n, confidence)
         return cls(
             env=env,
             category=category,
@@ -81,7 +86,9 @@ class GroupStats:
             success_rate=wins / n,
             success_ci_low=low,
             success_ci_high=high,
-            mean_score=math.fsum(r.score for r in records) / n,
+            mean_score=score,
+            score_ci_low=score_low,
+            score_ci_high=score_high,
             mean_steps=steps / n,
             mean_return=math.fsum(r.total_reward for r in records) / n,
             steps=steps,

@@ -2,7 +2,9 @@
 
 All three are built from :func:`cells`, so they show the same numbers with the same rounding:
 success and its Wilson interval in percent (one decimal), mean score ×100 (one decimal, as
-papers report WebShop's score), mean steps (one decimal), invalid-action rate in percent.
+papers report WebShop's score) and, when some group's score differs from its success rate (a
+graded score such as WebShop's or Search-v0's F1), the score's interval; mean steps (one decimal),
+invalid-action rate in percent.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ HEADERS = (
     "success %",
     "95% CI",
     "score",
+    "score CI",
     "steps",
     "invalid %",
     "truncated",
@@ -37,6 +40,7 @@ def cells(g: GroupStats) -> list[str]:
         f"{100 * g.success_rate:.1f}",
         f"{100 * g.success_ci_low:.1f}–{100 * g.success_ci_high:.1f}",
         f"{100 * g.mean_score:.1f}",
+        f"{100 * g.score_ci_low:.1f}–{100 * g.score_ci_high:.1f}",
         f"{g.mean_steps:.1f}",
         f"{100 * g.invalid_action_rate:.1f}",
         str(g.truncations),
@@ -45,12 +49,16 @@ def cells(g: GroupStats) -> list[str]:
 
 
 def _headers_and_rows(report: ReportView) -> tuple[list[str], list[list[str]]]:
-    """The confidence column is named after the report's level; ``errors`` only when any."""
+    """The confidence column is named after the report's level; ``score CI`` only when a score is
+    graded (differs from success somewhere); ``errors`` only when any."""
     headers = list(HEADERS)
     headers[4] = f"{100 * report.confidence:g}% CI"
     rows = [cells(g) for g in report.rows()]
-    if not any(g.errors for g in report.rows()):
-        headers, rows = headers[:-1], [r[:-1] for r in rows]
+    keep = [True] * len(headers)
+    keep[HEADERS.index("score CI")] = any(g.mean_score != g.success_rate for g in report.rows())
+    keep[HEADERS.index("errors")] = any(g.errors for g in report.rows())
+    headers = [h for h, k in zip(headers, keep) if k]
+    rows = [[c for c, k in zip(r, keep) if k] for r in rows]
     return headers, rows
 
 

@@ -116,7 +116,9 @@ class Report:
             category_order={e: [c for c in cs if c != ALL] for e, cs in order.items()},
         )
         stored = [dict(g) for g in data.get("groups", [])]
-        if stored and stored != [g.to_dict() for g in report.groups]:
+        # the stored fields only: a report written before a field was added still loads
+        derived = [{k: g.to_dict().get(k) for k in s} for s, g in zip(stored, report.groups)]
+        if stored and (len(stored) != len(report.groups) or stored != derived):
             raise ValueError("report groups do not match its episodes (file edited or corrupted)")
         return report
 

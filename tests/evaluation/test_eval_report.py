@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from agentrl.evaluation import ALL, EpisodeRecord, Report, metric_key, parse_metric_key, summarize
 from agentrl.evaluation.charts import plot_bars
+from agentrl.evaluation.stats import mean_interval, wilson_interval
 
 
 def rec(env, cat, won, score, steps, invalid=0, truncated=False, reward=0.0, task="t", error=None):
@@ -145,9 +146,11 @@ def test_table_json_and_chart_agree(tmp_path):
             round(100 * g["success_ci_high"], 1),
         )
         assert float(row[5]) == round(100 * g["mean_score"], 1)
-        assert float(row[6]) == round(g["mean_steps"], 1)
-        assert float(row[7]) == round(100 * g["invalid_action_rate"], 1)
-        assert int(row[8]) == g["truncations"] and int(row[9]) == g["errors"]
+        lo, hi = (float(v) for v in row[6].split("–"))  # graded scores here: their interval shows
+        assert (lo, hi) == (round(100 * g["score_ci_low"], 1), round(100 * g["score_ci_high"], 1))
+        assert float(row[7]) == round(g["mean_steps"], 1)
+        assert float(row[8]) == round(100 * g["invalid_action_rate"], 1)
+        assert int(row[9]) == g["truncations"] and int(row[10]) == g["errors"]
     md = r.table("markdown").splitlines()
     assert md[0].startswith("| env | category | episodes | success % | 95% CI |")
     assert len(md) == 2 + len(groups)
@@ -274,3 +277,25 @@ def test_evaluation_modules_import_each_other_without_cycles():
 
     cycles = sorted(m for m in graph if m != "__init__" and reaches(m, m))
     assert cycles == []
+
+
+def test_score_interval_is_wilson_at_the_mean_and_shows_only_for_graded_scores():
+    assert mean_interval(0.5, 4) == pytest.approx(wilson_interval(2, 4))  # 0/1 scores: Wilson
+    low, high = mean_interval(0.55, 10)  # hand: z=1.96, z2n=0.38415, centre=0.5361, half=0.2625
+    assert (low, high) == pytest.approx((0.2737, 0.7986), abs=1e-4)
+    assert mean_interval(1.0, 5)[1] == 1.0 and mean_interval(0.0, 5)[0] == 0.0
+    with pytest.raises(ValueError, match="0 <= mean <= 1"):
+        mean_interval(1.5, 3)
+    binary = summarize([rec("A", "x", True, 1.0, 2), rec("A", "x", False, 0.0, 2)])
+    assert "score CI" not in binary.table("plain")  # score equals success: no second interval
+    graded = summarize([rec("A", "x", True, 1.0, 2), rec("A", "x", False, 0.5, 2)])
+    assert "score CI" in graded.table("markdown")
+    g = graded.get("A", "x")
+    assert (g.score_ci_low, g.score_ci_high) == mean_interval(0.75, 2)
+
+
+def test_a_report_written_before_the_score_interval_still_loads():
+    data = summarize(RECORDS).to_dict()
+    for g in data["groups"]:
+        del g["score_ci_low"], g["score_ci_high"]
+    assert Report.from_dict(data).overall == summarize(RECORDS).overall
