@@ -533,6 +533,38 @@ class LearnerConfig:
         one_of("sampled", "all"),
     )
     max_grad_norm: float = opt(1.0, "gradient-norm clip (0: none)", NON_NEGATIVE)
+    old_logprobs: str = opt(
+        "engine",
+        "pi_old of the PPO ratio: engine (the sampler's log-probs) or learner (recomputed by the learner before the epochs; the engine's become the behaviour policy, and offpolicy/* measures the mismatch)",
+        one_of("engine", "learner"),
+    )
+    correction: str = opt(
+        "none",
+        "off-policy correction (needs old_logprobs=learner): none, tis, icepop, seq_mask_tis or decoupled (docs/training.md, Off-policy corrections)",
+        one_of("none", "tis", "icepop", "seq_mask_tis", "decoupled"),
+    )
+    correction_cap: float = opt(
+        2.0, "tis: the token weight min(pi_old / pi_engine, C) is truncated at this C", num(1)
+    )
+    icepop_low: float = opt(
+        0.5, "icepop: tokens with pi_old / pi_engine below this alpha are masked", POSITIVE
+    )
+    icepop_high: float = opt(
+        5.0, "icepop: tokens with pi_old / pi_engine above this beta are masked", POSITIVE
+    )
+    seq_mask_low: float = opt(
+        0.5,
+        "seq_mask_tis: a sequence whose geometric-mean pi_old / pi_engine is below this is masked",
+        POSITIVE,
+    )
+    seq_mask_high: float = opt(
+        5.0, "seq_mask_tis: ... or above this (the whole sequence leaves the gradient)", POSITIVE
+    )
+    decoupled_cap: float | None = opt(
+        None,
+        "decoupled: tokens whose behaviour weight pi_prox / pi_behav exceeds this are filtered out (AReaL's behav_imp_weight_cap; null: none)",
+        optional(num(1, lo_open=True)),
+    )
     kl_coef: float = opt(
         0.0, "KL(policy || reference) loss weight (0: no reference pass)", NON_NEGATIVE
     )
@@ -567,6 +599,27 @@ class LearnerConfig:
             yield (
                 "micro_batch_size",
                 f"({self.micro_batch_size}) must be <= trainer.minibatch_size ({self.minibatch_size})",
+            )
+        yield from self.offpolicy_checks()
+
+    def offpolicy_checks(self) -> Iterator[tuple[str, str]]:
+        """The off-policy options that contradict each other (also checked by the learner, for
+        a config made in Python)."""
+        if self.correction != "none" and self.old_logprobs != "learner":
+            yield (
+                "correction",
+                f"{self.correction} needs trainer.old_logprobs=learner (with the engine's "
+                "log-probs as pi_old every weight pi_old / pi_engine is 1)",
+            )
+        if self.icepop_low >= self.icepop_high:
+            yield (
+                "icepop_low",
+                f"({self.icepop_low}) must be < trainer.icepop_high ({self.icepop_high})",
+            )
+        if self.seq_mask_low >= self.seq_mask_high:
+            yield (
+                "seq_mask_low",
+                f"({self.seq_mask_low}) must be < trainer.seq_mask_high ({self.seq_mask_high})",
             )
 
 

@@ -170,3 +170,27 @@ def test_prompt_longer_than_the_engine_context_ends_the_episode_truncated(engine
         assert all(len(s.response_ids) > 0 for s in ep.steps)
     _batch, seqs = to_step_batch(episodes)
     assert len(seqs) == 2
+
+
+def test_engine_learner_mismatch_is_measured_small_and_nonzero(engine, policy, pool):
+    """``trainer.old_logprobs=learner`` against vLLM's own kernels: the log-probs differ by float
+    rounding (nonzero, far below the TIS cap), and the recomputed pi_old gives a first-epoch ratio
+    of 1 however they differ."""
+    model, tok, _ = policy
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    cfg = LearnerConfig(lr=1e-3, epochs=1, minibatch_size=64, micro_batch_size=64,
+                        entropy_coef=0.0, old_logprobs="learner", correction="tis")  # fmt: skip
+    try:
+        learner = Learner(model, cfg, pad_token_id=tok.pad_token_id, temperature=TEMPERATURE)
+        seqs = _rollout(engine, tok, pool, False, seed=5)
+        adv = np.random.default_rng(2).normal(size=len(seqs)).astype(np.float32)
+        got = learner.update(seqs, adv)
+        assert got["offpolicy/tokens"] > 0
+        assert 0.0 < got["offpolicy/logprob_absdiff_max"] < 1e-3
+        assert 0.0 <= got["offpolicy/kl_engine_learner_k3"] < 1e-6
+        assert got["offpolicy/truncated_frac"] == 0.0
+        assert abs(got["ratio_mean"] - 1.0) < 1e-6
+        print({k: v for k, v in got.items() if k.startswith("offpolicy/")})
+    finally:
+        model.load_state_dict(initial)
+        engine.update_weights(model.state_dict())

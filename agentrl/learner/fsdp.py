@@ -243,6 +243,11 @@ class FSDPLearner(Learner):
                 total[k] = total.get(k, 0.0) + v
         return total, [f"rank {r}: {b}" for r, (_, b) in enumerate(parts) if b]
 
+    def _gather_tokens(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Every rank's per-token arrays, concatenated in rank order."""
+        parts = D.all_gather_objects(arrays)
+        return {k: np.concatenate([p[k] for p in parts]) for k in arrays}
+
     # -- weights for the rollout engine --------------------------------------------------------
     @torch.no_grad()
     def sync_to(self, replica: torch.nn.Module, trainable_only: bool = True) -> None:

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from ..config import ConfigError, LearnerConfig, field_problems
+from .corrections import correction_weights, kept_tokens, mismatch_metrics
 from .forward import response_forward
 from .losses import normaliser, value_loss
 from .objective import policy_objective, token_metrics
@@ -82,7 +83,9 @@ class Learner(ScoringPasses):
         keep_reference: bool = False,
         lr_schedule: LRSchedule | None = None,
     ):
-        problems = field_problems(cfg, ("loss_agg", "loss_tokens", "kl_estimator"), "trainer.")
+        checked = ("loss_agg", "loss_tokens", "kl_estimator", "old_logprobs", "correction")
+        problems = field_problems(cfg, checked, "trainer.")
+        problems += [f"trainer.{k} {m}" for k, m in cfg.offpolicy_checks()]
         if problems:  # a config made in Python, not checked by load_config
             raise ConfigError("invalid config: " + "; ".join(problems))
         self.model = model
@@ -132,6 +135,10 @@ class Learner(ScoringPasses):
         """``stats`` summed over the ranks and the ranks' problems (``""``: none): here, as given."""
         return stats, [problem] if problem else []
 
+    def _gather_tokens(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Per-token arrays concatenated over the ranks (for percentiles): here, as given."""
+        return arrays
+
     # -- the update ----------------------------------------------------------------------------
     def update(
         self,
@@ -180,6 +187,9 @@ class Learner(ScoringPasses):
         cfg = self.cfg
         layout = self._row_layout(seqs, inp)
         inp = inp.with_reference(self.logprobs(seqs, reference=True) if cfg.kl_coef > 0 else None)
+        offpolicy: dict[str, float] = {}
+        if cfg.old_logprobs == "learner":
+            inp, offpolicy = self._recompute_old(seqs, inp)
         if not self.lr_schedule.is_constant:
             scale_learning_rates(self.optimizer, self.lr_factor())
         rng = np.random.default_rng(seed)
@@ -202,7 +212,40 @@ class Learner(ScoringPasses):
         sums["lr"], counts["lr"] = self.optimizer.param_groups[0]["lr"], 1
         # Loss terms: means over the mini-batches that computed them (all-zero-advantage ones
         # skip the loss); per-token diagnostics: token-weighted means over the update.
-        return {**{k: v / counts[k] for k, v in sums.items()}, **token_metrics(tokens)}
+        return {**{k: v / counts[k] for k, v in sums.items()}, **token_metrics(tokens), **offpolicy}
+
+    def _recompute_old(
+        self, seqs: Sequence[StepSequence], inp: UpdateInputs
+    ) -> tuple[UpdateInputs, dict[str, float]]:
+        """``trainer.old_logprobs=learner``: π_old from the learner's own no-grad forward pass
+        (constrained steps renormalised over their trie, as in the loss), the correction's weights
+        against the engine's log-probs (the behaviour policy), and the ``offpolicy/*`` metrics of
+        the mismatch on the tokens in the loss, over all ranks."""
+        cfg = self.cfg
+        old = self.logprobs(seqs)
+        engine = [np.asarray(s.old_logprobs, np.float64) for s in seqs]
+        cw = correction_weights(
+            cfg.correction,
+            old,
+            engine,
+            inp.keep,
+            cap=cfg.correction_cap,
+            icepop_band=(cfg.icepop_low, cfg.icepop_high),
+            seq_band=(cfg.seq_mask_low, cfg.seq_mask_high),
+            decoupled_cap=cfg.decoupled_cap,
+        )
+        arrays = {"delta": kept_tokens([o - e for o, e in zip(old, engine)], inp.keep)}
+        if cw is not None:
+            for k in ("weights", "truncated", "masked"):
+                arrays[k] = kept_tokens(getattr(cw, k), inp.keep)
+        got = self._gather_tokens(arrays)
+        metrics = mismatch_metrics(
+            got["delta"],
+            got.get("weights"),
+            got.get("truncated") if cfg.correction == "tis" else None,
+            got.get("masked") if cfg.correction not in ("none", "tis") else None,
+        )
+        return inp.with_old(old, None if cw is None else cw.weights), metrics
 
     def _minibatch_step(
         self, seqs: Sequence[StepSequence], mb: np.ndarray, layout: RowLayout, inp: UpdateInputs
@@ -326,8 +369,14 @@ class Learner(ScoringPasses):
             fo = response_forward(self.model, batch, self.temperature, want_entropy=True,
                                   want_hidden=self.value_head is not None, hidden_cols=cols)  # fmt: skip
         ref_lp = None if inp.ref is None else per_token(inp.ref, idx, width, torch.float32, dev)
-        loss, terms, tok = policy_objective(fo.logprobs, fo.entropy, batch.old_logprobs, tok_adv,
-                                           mask, pg_mask, ref_lp, cfg, denom)  # fmt: skip
+        # π_old: the engine's sampling log-probs, or the learner's recomputed ones (old_logprobs)
+        old_lp = batch.old_logprobs
+        if inp.old is not None:
+            old_lp = per_token(inp.old, idx, width, torch.float32, dev)
+        pg_w = None if inp.pg_weight is None else per_token(inp.pg_weight, idx, width,
+                                                            torch.float32, dev)  # fmt: skip
+        loss, terms, tok = policy_objective(fo.logprobs, fo.entropy, old_lp, tok_adv,
+                                           mask, pg_mask, ref_lp, cfg, denom, pg_w)  # fmt: skip
         vl = torch.zeros((), device=loss.device)
         if vr is not None:
             vl = vr.loss(self._three_values(fo), batch.step_rows, inp.old_values, value_denom, cfg)

@@ -42,8 +42,12 @@ def ppo_clip_loss(
     mask: torch.Tensor,
     clip_low: float = 0.2,
     clip_high: float = 0.2,
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per-token PPO-clip loss ``-min(ρA, clip(ρ, 1-ε_low, 1+ε_high)A)`` and per-token diagnostics.
+
+    ``weights`` (detached, per token) multiply the loss: an off-policy correction's importance
+    weights and masks (:mod:`agentrl.learner.corrections`); ``None`` is a weight of 1.
 
     The log-ratio is clamped to [-20, 20] before ``exp`` so one wild token cannot overflow;
     positions off ``mask`` contribute 0. The diagnostics (detached, 0 off the mask) are
@@ -57,6 +61,8 @@ def ppo_clip_loss(
     unclipped = ratio * advantages
     clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * advantages
     loss = torch.where(mask, -torch.minimum(unclipped, clipped), zero)
+    if weights is not None:
+        loss = loss * weights.detach()
     with torch.no_grad():
         diag = {
             "clip_frac": ((clipped < unclipped) & mask).to(logp.dtype),

@@ -30,6 +30,7 @@ def policy_objective(
     ref_logp: torch.Tensor | None,
     cfg: LearnerConfig,
     denom: float,
+    pg_weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, float]]:
     """The loss, its detached terms and the token sums of one micro-batch's diagnostics.
 
@@ -37,12 +38,15 @@ def policy_objective(
     (its denominators, entropy and KL terms), ``pg_mask`` those in the policy-gradient term (the
     same by default; with ``trainer.loss_tokens=all``, ``mask`` less HiPER's masked-out spans),
     ``ref_logp`` the reference policy's log-probs (``None``: no KL term). Tokens off the masks
-    get a gradient of exactly 0.
+    get a gradient of exactly 0. ``pg_weight``: an off-policy correction's detached weight of each
+    token's policy-gradient term (``None``: 1).
 
     Token sums: ``entropy`` and ``kl_ref`` over ``tokens`` (the count of ``mask``);
     ``clip_frac``, ``ratio_mean`` and ``approx_kl_old`` over ``pg_tokens``.
     """
-    pg, diag = ppo_clip_loss(logp, old_logp, tok_adv, pg_mask, cfg.clip_low, cfg.clip_high)
+    pg, diag = ppo_clip_loss(
+        logp, old_logp, tok_adv, pg_mask, cfg.clip_low, cfg.clip_high, weights=pg_weight
+    )
     policy = aggregate(pg, mask, cfg.loss_agg, denom)
     loss = policy
     ent = aggregate(entropy, mask, cfg.loss_agg, denom)

@@ -61,6 +61,11 @@ class UpdateInputs:
     old_values: np.ndarray | None = None
     value_rows: ValueRows | None = None
     ref: Sequence[np.ndarray] | None = None  # reference log-probs (kl_coef > 0)
+    #: ``trainer.old_logprobs=learner``: π_old recomputed by the learner (the engine's log-probs
+    #: in the sequences are then the behaviour policy), and the correction's detached weight of
+    #: each token's policy-gradient term (``None``: no correction)
+    old: Sequence[np.ndarray] | None = None
+    pg_weight: Sequence[np.ndarray] | None = None
 
     @classmethod
     def checked(
@@ -97,6 +102,11 @@ class UpdateInputs:
 
     def with_reference(self, ref: Sequence[np.ndarray] | None) -> UpdateInputs:
         return dataclasses.replace(self, ref=ref)
+
+    def with_old(
+        self, old: Sequence[np.ndarray], pg_weight: Sequence[np.ndarray] | None
+    ) -> UpdateInputs:
+        return dataclasses.replace(self, old=old, pg_weight=pg_weight)
 
 
 def loss_tokens(

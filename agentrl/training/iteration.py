@@ -194,7 +194,8 @@ def train_row(
     if cuda_mb is not None:
         row["mem/peak_cuda_mb"] = cuda_mb
     row.update(extra or {})
-    row.update({f"loss/{k}": v for k, v in upd.items()})
+    # the learner's metrics under loss/, except the engine-learner mismatch's (offpolicy/*)
+    row.update({k if k.startswith("offpolicy/") else f"loss/{k}": v for k, v in upd.items()})
     for k, v in res.diagnostics.items():
         if isinstance(v, int | float) and not isinstance(v, bool):
             row[f"credit/{k}"] = float(v)

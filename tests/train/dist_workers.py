@@ -126,6 +126,20 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "value_head": False,
         "cfg": {"epochs": 2, "minibatch_size": 10, "entropy_coef": 0.0},
     },
+    # pi_old recomputed by the (sharded) learner, IcePop's mask against the noisy engine
+    # log-probs, the mismatch's percentiles over every rank's tokens
+    "offpolicy": {
+        "lora": False,
+        "value_head": False,
+        "cfg": {
+            "epochs": 2,
+            "minibatch_size": 10,
+            "old_logprobs": "learner",
+            "correction": "icepop",
+            "icepop_low": 0.7,
+            "icepop_high": 1.5,
+        },  # fmt: skip
+    },
 }
 
 BASE = LearnerConfig(
