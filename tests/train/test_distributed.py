@@ -93,9 +93,10 @@ def test_concatenated_shards_give_the_single_process_credit():
 #: cross-rank reduce-scatter), i.e. by float32 rounding of the gradient (~1e-7 relative). AdamW's
 #: first step moves each weight by lr * g / (|g| + eps); a rounding error d in g changes that by
 #: at most lr * d / eps, which for the smallest gradients (|g| ~ eps = 1e-8) is a small fraction
-#: of lr. We allow 2 % of one step (lr = 1e-3): 2e-5 absolute, far below the 1e-3 an update
+#: of lr. We allow 5 % of one step (lr = 1e-3): 5e-5 absolute, far below the 1e-3 an update
 #: moves a weight, so a wrong normaliser or a dropped micro-batch (errors of order lr) fails.
-ATOL = 2e-5
+#: (2 % was too tight: the LoRA scenario measured 2.4e-5 on one machine, 1.x e-5 on another.)
+ATOL = 5e-5
 
 
 def _close(a: dict, b: dict, what: str) -> None:
