@@ -43,14 +43,14 @@ from omegaconf import OmegaConf
 from . import credit
 from . import distributed as D
 from .backends import make_backend
-from .config import TrainConfig
+from .config import ConfigError, TrainConfig
 from .evaluation import record_from_rollout, summarize
 from .learner import Learner
 from .learner.fsdp import FSDPLearner
 from .learner.schedule import LRSchedule
 from .learner.weights import policy_state_dict
 from .methods import TrainerHooks, build_runner, trainer_hooks
-from .models import apply_lora, load_model
+from .models import LoraTargetError, apply_lora, load_model
 from .pool import EnvSpec, backend_options, make_pool
 from .pool.accounting import error_metrics, error_rate_stop
 from .rollout import RolloutStats
@@ -110,8 +110,11 @@ def build(cfg: TrainConfig) -> Parts:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if m.lora.enabled:
         lo = m.lora
-        model = apply_lora(model, r=lo.r, alpha=lo.alpha, dropout=lo.dropout,
-                           target_modules=lo.target_modules)  # fmt: skip
+        try:  # the targets are checked against the model's module names, before any rollout
+            model = apply_lora(model, r=lo.r, alpha=lo.alpha, dropout=lo.dropout,
+                               target_modules=lo.target_modules)  # fmt: skip
+        except LoraTargetError as exc:
+            raise ConfigError(f"invalid config: {exc}") from None
     options = credit_options(cfg)
     hooks = trainer_hooks(cfg.credit.name, credit.needs(cfg.credit.name, **options),
                           cfg.credit.token)  # fmt: skip

@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import re
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 
 from .. import credit, envs
 from ..config import ConfigError, TrainConfig
 from ..credit import token_shapers
 from ..credit.synthetic import random_batch
+from ..envs import contract
 from ..methods import trainer_hooks
+from ..methods.registry import format_hook
+from ..models import resolve_model_path
+from ..rollout import action_token_counter
 from .checkpoint import CheckpointError, find_checkpoint
 from .iteration import credit_options
 
@@ -28,7 +33,10 @@ BUILTIN_MODELS = ("tiny", "smollm2-135m", "smollm2-135m-instruct")
 
 def preflight(cfg: TrainConfig, out: str | Path | None) -> None:
     """Raise :class:`ConfigError` listing every problem found (each naming its key)."""
-    problems = _credit(cfg) + _env(cfg) + _model(cfg) + _resume(cfg) + _device(cfg) + _out(out)
+    problems = _credit(cfg) + _groups(cfg) + _env(cfg) + _model(cfg)
+    problems += _resume(cfg) + _device(cfg) + _out(out)
+    if not problems:  # the tokenizer loads only for an otherwise sound config
+        problems = _budget(cfg)
     if problems:
         raise ConfigError("invalid config: " + "; ".join(problems))
 
@@ -81,6 +89,58 @@ def _credit(cfg: TrainConfig) -> list[str]:
         key = f"credit.options.{named.group(1)}" if named else "credit.options"
         return [f"{key} ({name}): {msg}"]
     return []
+
+
+def _groups(cfg: TrainConfig) -> list[str]:
+    """A group-based module (its baseline is the task group) with one rollout per group."""
+    name = cfg.credit.name
+    if cfg.rollout.group_size != 1 or name not in credit.available():
+        return []
+    try:
+        grouped = credit.group_based(name, **cfg.credit.options)
+    except Exception:  # noqa: BLE001 - a malformed option is _credit's to report
+        return []
+    if not grouped:
+        return []
+    return [
+        f"rollout.group_size=1 with credit.name={name!r}: its baseline is the other rollouts of "
+        "the task group, so groups of one give no advantage at all (set rollout.group_size >= 2, "
+        "or a module with a critic: credit=gae)"
+    ]
+
+
+def _budget(cfg: TrainConfig) -> list[str]:
+    """Under constrained decoding an admissible action longer than the response budget can never
+    be written: the env contract's budget rule (``agentrl.envs.contract.budget_failure``) on the
+    actions met from ``reset(seed=0)`` along the expert's path, counted with the run's tokenizer
+    and action format."""
+    r, e = cfg.rollout, cfg.env
+    if not r.constrained:
+        return []
+    env = envs.make(e.id, **dict(e.kwargs))  # _env built one already: this cannot fail now
+    try:
+        actions = contract.actions_seen(env, seeds=(0,), max_steps=e.max_steps)
+    finally:
+        env.close()
+    if not actions:
+        return []  # an open action space: nothing to constrain
+    from transformers import AutoTokenizer
+
+    m = cfg.model
+    tiny = asdict(m.tiny) if m.tiny is not None and m.name == "tiny" else None
+    tok = AutoTokenizer.from_pretrained(resolve_model_path(m.name, tiny))
+    fmt = format_hook(cfg.credit.name)[1].build(asdict(r.action))  # the runner's action format
+    count = action_token_counter(tok, fmt)
+    failure = contract.budget_failure(
+        {a: count(a) for a in actions}, r.max_new_tokens, key="rollout.max_new_tokens"
+    )
+    if failure is None:
+        return []
+    return [
+        f"{failure} (constrained decoding, rollout.constrained=true, on {e.id}: a longer "
+        "admissible action can never be written; or check every action with "
+        f"python -m agentrl.check_env {e.id} --model {m.name})"
+    ]
 
 
 def _env(cfg: TrainConfig) -> list[str]:
