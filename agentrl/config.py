@@ -654,11 +654,18 @@ class TrainerConfig(LearnerConfig):
     )
     eval_initial: bool = opt(True, "evaluate the initial policy (the baseline of the summary)")
     checkpoint_every: int = opt(25, "checkpoint every N iterations (0: only the final one)", num(0))
+    checkpoint_minutes: float | None = opt(
+        None,
+        "also checkpoint after the first iteration that ends N minutes or more after the last checkpoint (slow models keep their work; null: off)",
+        optional(POSITIVE),
+    )
     keep_checkpoints: int = opt(2, "checkpoints kept (older ones are deleted)", num(1))
     resume: str | None = opt(
         None, "a run folder or checkpoint file to continue from", optional(nonempty)
     )
-    progress: bool = opt(True, "rich progress bar")
+    progress: bool = opt(
+        True, "progress: a rich bar on a terminal, one line per iteration otherwise (a log file)"
+    )
     loggers: list[str] = opt(
         help="experiment trackers: tensorboard (<output_dir>/tb), wandb, mlflow ([]: none)",
         factory=lambda: ["tensorboard"],
