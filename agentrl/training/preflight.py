@@ -26,7 +26,7 @@ from ..rollout import action_token_counter
 from .checkpoint import CheckpointError, find_checkpoint
 from .iteration import credit_options
 
-__all__ = ["BUILTIN_MODELS", "preflight"]
+__all__ = ["BUILTIN_MODELS", "preflight", "response_budget_problem"]
 
 BUILTIN_MODELS = ("tiny", "smollm2-135m", "smollm2-135m-instruct")
 
@@ -111,36 +111,53 @@ def _groups(cfg: TrainConfig) -> list[str]:
 
 def _budget(cfg: TrainConfig) -> list[str]:
     """Under constrained decoding an admissible action longer than the response budget can never
-    be written: the env contract's budget rule (``agentrl.envs.contract.budget_failure``) on the
-    actions met from ``reset(seed=0)`` along the expert's path, counted with the run's tokenizer
-    and action format."""
-    r, e = cfg.rollout, cfg.env
-    if not r.constrained:
+    be written (:func:`response_budget_problem`, with the run's tokenizer)."""
+    if not cfg.rollout.constrained:
         return []
-    env = envs.make(e.id, **dict(e.kwargs))  # _env built one already: this cannot fail now
-    try:
-        actions = contract.actions_seen(env, seeds=(0,), max_steps=e.max_steps)
-    finally:
-        env.close()
-    if not actions:
-        return []  # an open action space: nothing to constrain
     from transformers import AutoTokenizer
 
     m = cfg.model
     tiny = asdict(m.tiny) if m.tiny is not None and m.name == "tiny" else None
     tok = AutoTokenizer.from_pretrained(resolve_model_path(m.name, tiny))
+    e = cfg.env
+    problem = response_budget_problem(e.id, dict(e.kwargs), e.max_steps, cfg, tok, m.name)
+    return [problem] if problem else []
+
+
+def response_budget_problem(
+    env_id: str,
+    kwargs: dict,
+    max_steps: int,
+    cfg: TrainConfig,
+    tokenizer,
+    model: str,
+    key: str = "rollout.max_new_tokens",
+) -> str | None:
+    """The env contract's budget rule (``agentrl.envs.contract.budget_failure``) on the actions
+    met from ``reset(seed=0)`` along the expert's path, counted with ``tokenizer`` in the action
+    format the runner of ``cfg`` writes (its credit module's), against
+    ``cfg.rollout.max_new_tokens``; ``None`` when they fit, constrained decoding is off or the
+    env lists no actions. ``key`` is the setting the line names (``agent.max_new_tokens`` in
+    ``agentrl.evaluate``). Train and evaluate apply it alike."""
+    r = cfg.rollout
+    if not r.constrained:
+        return None
+    env = envs.make(env_id, **kwargs)
+    try:
+        actions = contract.actions_seen(env, seeds=(0,), max_steps=max_steps)
+    finally:
+        env.close()
+    if not actions:
+        return None  # an open action space: nothing to constrain
     fmt = format_hook(cfg.credit.name)[1].build(asdict(r.action))  # the runner's action format
-    count = action_token_counter(tok, fmt)
-    failure = contract.budget_failure(
-        {a: count(a) for a in actions}, r.max_new_tokens, key="rollout.max_new_tokens"
-    )
+    count = action_token_counter(tokenizer, fmt)
+    failure = contract.budget_failure({a: count(a) for a in actions}, r.max_new_tokens, key=key)
     if failure is None:
-        return []
-    return [
-        f"{failure} (constrained decoding, rollout.constrained=true, on {e.id}: a longer "
-        "admissible action can never be written; or check every action with "
-        f"python -m agentrl.check_env {e.id} --model {m.name})"
-    ]
+        return None
+    return (
+        f"{failure} (constrained decoding on {env_id}: a longer admissible action can never be "
+        f"written; check every action with python -m agentrl.check_env {env_id} --model {model})"
+    )
 
 
 def _env(cfg: TrainConfig) -> list[str]:
