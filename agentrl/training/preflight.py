@@ -22,6 +22,7 @@ from ..envs import contract
 from ..methods import trainer_hooks
 from ..methods.registry import format_hook
 from ..models import resolve_model_path
+from ..pool import EnvPool, EnvSpec
 from ..rollout import action_token_counter
 from .checkpoint import CheckpointError, find_checkpoint
 from .iteration import credit_options
@@ -120,7 +121,10 @@ def _budget(cfg: TrainConfig) -> list[str]:
     tiny = asdict(m.tiny) if m.tiny is not None and m.name == "tiny" else None
     tok = AutoTokenizer.from_pretrained(resolve_model_path(m.name, tiny))
     e = cfg.env
-    problem = response_budget_problem(e.id, dict(e.kwargs), e.max_steps, cfg, tok, m.name)
+    problem = response_budget_problem(
+        e.id, dict(e.kwargs), e.max_steps, cfg, tok, m.name, isolate=e.num_workers > 0,
+        step_timeout=e.step_timeout,
+    )  # fmt: skip
     return [problem] if problem else []
 
 
@@ -132,21 +136,30 @@ def response_budget_problem(
     tokenizer,
     model: str,
     key: str = "rollout.max_new_tokens",
+    *,
+    isolate: bool = False,
+    step_timeout: float | None = None,
 ) -> str | None:
     """The env contract's budget rule (``agentrl.envs.contract.budget_failure``) on the actions
     met from ``reset(seed=0)`` along the expert's path, counted with ``tokenizer`` in the action
     format the runner of ``cfg`` writes (its credit module's), against
     ``cfg.rollout.max_new_tokens``; ``None`` when they fit, constrained decoding is off or the
     env lists no actions. ``key`` is the setting the line names (``agent.max_new_tokens`` in
-    ``agentrl.evaluate``). Train and evaluate apply it alike."""
+    ``agentrl.evaluate``). Train and evaluate apply it alike. With ``isolate`` (the run keeps its
+    envs in worker processes) the env is stepped in one worker of the process pool, under
+    ``step_timeout``, so an env that crashes or hangs costs the probe, not this process."""
     r = cfg.rollout
     if not r.constrained:
         return None
-    env = envs.make(env_id, **kwargs)
-    try:
-        actions = contract.actions_seen(env, seeds=(0,), max_steps=max_steps)
-    finally:
-        env.close()
+    if isolate:
+        with EnvPool([EnvSpec(env_id, kwargs)], num_workers=1, step_timeout=step_timeout) as pool:
+            actions = contract.actions_seen(_PoolEnv(pool), seeds=(0,), max_steps=max_steps)
+    else:
+        env = envs.make(env_id, **kwargs)
+        try:
+            actions = contract.actions_seen(env, seeds=(0,), max_steps=max_steps)
+        finally:
+            env.close()
     if not actions:
         return None  # an open action space: nothing to constrain
     fmt = format_hook(cfg.credit.name)[1].build(asdict(r.action))  # the runner's action format
@@ -158,6 +171,26 @@ def response_budget_problem(
         f"{failure} (constrained decoding on {env_id}: a longer admissible action can never be "
         f"written; check every action with python -m agentrl.check_env {env_id} --model {model})"
     )
+
+
+class _PoolEnv:
+    """Env 0 of a pool, as ``contract.actions_seen`` drives an env: a cut episode (the env
+    crashed, hung, returned junk) raises, which ends the probe."""
+
+    def __init__(self, pool: EnvPool):
+        self.pool = pool
+
+    def reset(self, *, seed: int | None = None):
+        return self.pool.reset([0], [seed])[0]
+
+    def step(self, action: str):
+        r = self.pool.step([0], [action])[0]
+        if "error" in r.info:
+            raise RuntimeError(r.info["error"])
+        return tuple(r)
+
+    def expert_action(self) -> str:
+        return self.pool.call([0], "expert_action")[0]
 
 
 def _env(cfg: TrainConfig) -> list[str]:
