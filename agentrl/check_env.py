@@ -78,7 +78,7 @@ def token_counter(model: str, overrides: dict[str, Any] | None = None) -> tuple[
     from transformers import AutoTokenizer  # the train extra, like the two below
 
     from .models import resolve_model_path
-    from .rollout import ActionFormat
+    from .rollout import ActionFormat, action_token_counter
 
     section = _preset("model", model) if model in MODEL_PRESETS else {"name": model}
     section["name"] = model if model not in MODEL_PRESETS else section.get("name", model)
@@ -88,13 +88,7 @@ def token_counter(model: str, overrides: dict[str, Any] | None = None) -> tuple[
     )
     tok = AutoTokenizer.from_pretrained(resolve_model_path(cfg.model.name, tiny))
     fmt = ActionFormat(**asdict(cfg.rollout.action))
-    stop = 0 if tok.eos_token_id is None else 1
-
-    def count(action: str) -> int:
-        texts = fmt.renders(action)
-        return max(len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts) + stop
-
-    return count, int(cfg.rollout.max_new_tokens)
+    return action_token_counter(tok, fmt), int(cfg.rollout.max_new_tokens)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -49,9 +49,23 @@ class ConfigError(ValueError):
 Check = Callable[[Any], "str | None"]
 
 
-def opt(default: Any = MISSING, help: str = "", check: Check | None = None, factory=None) -> Any:
-    """A config field: its default, one-line description and value check."""
-    meta = {"help": help, "check": check}
+#: The bound of every integer key (sizes and counts): what torch and tokenizers index with. A
+#: larger value is a typo, refused naming the key, never a batch that silently means "all".
+INT_LIMIT = 2**31 - 1
+#: The bound of seeds and byte counts (numpy's and torch's 64-bit seeds).
+WIDE_INT_LIMIT = 2**63 - 1
+
+
+def opt(
+    default: Any = MISSING,
+    help: str = "",
+    check: Check | None = None,
+    factory=None,
+    int_limit: int = INT_LIMIT,
+) -> Any:
+    """A config field: its default, one-line description and value check. An ``int`` field is
+    also bounded by ``int_limit`` in absolute value (:func:`check`)."""
+    meta = {"help": help, "check": check, "int_limit": int_limit}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -112,6 +126,17 @@ def kl_in_loss(v: Any) -> str | None:
     return one_of("k2", "k3")(v)
 
 
+def some_iterations(v: Any) -> str | None:
+    """``trainer.iterations``: at least one (a run of none trains nothing; evaluation is its own
+    command)."""
+    if isinstance(v, int) and not isinstance(v, bool) and v == 0:
+        return (
+            "must be >= 1, got 0: a run of 0 iterations trains nothing (to evaluate a model "
+            "without training: python -m agentrl.evaluate agent=model agent.path=<model or run folder>)"
+        )
+    return num(1)(v)
+
+
 # -- the groups ----------------------------------------------------------------------------------
 @dataclass
 class RayConfig:
@@ -155,6 +180,7 @@ class EnvConfig:
         1_000_000_000,
         "exclusive upper bound of training seeds (keeps training and evaluation tasks apart)",
         num(1),
+        int_limit=WIDE_INT_LIMIT,
     )
     eval_split: str | None = opt(
         "test",
@@ -162,7 +188,10 @@ class EnvConfig:
         optional(nonempty),
     )
     eval_seed_base: int | None = opt(
-        None, "first evaluation seed when eval_split is null", optional(num(0))
+        None,
+        "first evaluation seed when eval_split is null",
+        optional(num(0)),
+        int_limit=WIDE_INT_LIMIT,
     )
     eval_episodes: int | None = opt(
         200,
@@ -258,7 +287,7 @@ class TinyModelConfig:
     num_kv_heads: int = opt(4, "key/value heads", num(1))
     intermediate_size: int = opt(256, "MLP width", num(1))
     max_position_embeddings: int = opt(2048, "context length in tokens", num(16))
-    seed: int = opt(0, "initialisation seed", num(0))
+    seed: int = opt(0, "initialisation seed", num(0), int_limit=WIDE_INT_LIMIT)
 
 
 @dataclass
@@ -408,6 +437,7 @@ class RolloutConfig:
         134217728,
         "vllm: KV-cache budget in bytes (required on CPU; null on GPU: gpu_memory_utilization)",
         optional(num(1)),
+        int_limit=WIDE_INT_LIMIT,
     )
     gpu_memory_utilization: float = opt(
         0.35, "vllm: GPU share for the engine (colocated with the learner)", num(0, 1, lo_open=True)
@@ -669,7 +699,7 @@ class MLflowConfig:
 class TrainerConfig(LearnerConfig):
     """Group `trainer`: the learner's hyper-parameters and the loop around it."""
 
-    iterations: int = opt(100, "rollout -> credit -> update cycles", num(0))
+    iterations: int = opt(100, "rollout -> credit -> update cycles (>= 1)", some_iterations)
     device: str = opt("auto", "auto: cuda if available, else cpu", device_name)
     num_threads: int | None = opt(1, "torch CPU threads (null: torch's default)", optional(num(1)))
     eval_every: int = opt(
@@ -677,11 +707,18 @@ class TrainerConfig(LearnerConfig):
     )
     eval_initial: bool = opt(True, "evaluate the initial policy (the baseline of the summary)")
     checkpoint_every: int = opt(25, "checkpoint every N iterations (0: only the final one)", num(0))
+    checkpoint_minutes: float | None = opt(
+        None,
+        "also checkpoint after the first iteration that ends N minutes or more after the last checkpoint (slow models keep their work; null: off)",
+        optional(POSITIVE),
+    )
     keep_checkpoints: int = opt(2, "checkpoints kept (older ones are deleted)", num(1))
     resume: str | None = opt(
         None, "a run folder or checkpoint file to continue from", optional(nonempty)
     )
-    progress: bool = opt(True, "rich progress bar")
+    progress: bool = opt(
+        True, "progress: a rich bar on a terminal, one line per iteration otherwise (a log file)"
+    )
     loggers: list[str] = opt(
         help="experiment trackers: tensorboard (<output_dir>/tb), wandb, mlflow ([]: none)",
         factory=lambda: ["tensorboard"],
@@ -699,7 +736,10 @@ class TrainConfig:
     """``python -m agentrl.train``: every key of a training run."""
 
     seed: int = opt(
-        0, "every random choice of the run derives from it (tasks, sampling, shuffles)", num(0)
+        0,
+        "every random choice of the run derives from it (tasks, sampling, shuffles)",
+        num(0),
+        int_limit=WIDE_INT_LIMIT,
     )
     output_dir: str | None = opt(None, "run folder (null: Hydra's outputs/<date>/<time>)")
     env: EnvConfig = opt(help="environment", factory=EnvConfig)
@@ -798,6 +838,7 @@ def check(obj: Any, prefix: str = "") -> Iterator[str]:
         value, key = getattr(obj, f.name), prefix + f.name
         rule = f.metadata.get("check")
         msg = rule(value) if rule is not None else None
+        msg = msg or _int_bound(f, value)
         if msg:
             yield f"{key} {msg}"
         elif dataclasses.is_dataclass(value):
@@ -805,6 +846,18 @@ def check(obj: Any, prefix: str = "") -> Iterator[str]:
     if hasattr(obj, "cross_checks"):
         for name, msg in obj.cross_checks():
             yield f"{prefix}{name} {msg}"
+
+
+def _int_bound(f: dataclasses.Field, value: Any) -> str | None:
+    """An ``int`` field's value beyond its ``int_limit`` (``10**23`` for a batch size)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    if str(f.type).split("|")[0].strip() != "int":
+        return None
+    limit = f.metadata.get("int_limit", INT_LIMIT)
+    if abs(value) > limit:
+        return f"must be at most {limit} in absolute value, got {value}"
+    return None
 
 
 def reference_markdown() -> str:

@@ -10,6 +10,7 @@ early (an unreachable endpoint, a task that cannot start), the finished episodes
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from . import __version__, envs
+from .config import INT_LIMIT, WIDE_INT_LIMIT
 from .evaluation import Report, summarize
 from .evaluation.agents import ExpertAgent, RandomAgent
 from .evaluation.runner import Agent, EvaluationError, play_tasks
@@ -68,13 +70,13 @@ def _resolve(cfg: DictConfig) -> dict[str, Any]:
         "episodes": pick(cfg.episodes, "eval_episodes"),
         "task_ids": list(cfg.task_ids) if cfg.task_ids is not None else None,
         "seed_base": env.get("eval_seed_base"),
-        "repeats": int(cfg.repeats),
-        "seed": int(cfg.seed),
+        "repeats": _number(cfg.repeats, "repeats", int),
+        "seed": _number(cfg.seed, "seed", int),
         "max_steps": pick(cfg.max_steps, "max_steps"),
-        "num_envs": int(cfg.num_envs),
-        "num_workers": int(pick(cfg.num_workers, "num_workers", 0) or 0),
+        "num_envs": _number(cfg.num_envs, "num_envs", int),
+        "num_workers": _number(pick(cfg.num_workers, "num_workers", 0) or 0, "num_workers", int),
         "step_timeout": pick(cfg.step_timeout, "step_timeout"),
-        "confidence": float(cfg.confidence),
+        "confidence": _number(cfg.confidence, "confidence", float),
         "pool_options": backend_options(env),
     }
     if settings["task_ids"] is not None:
@@ -99,9 +101,60 @@ def _check_env(s: dict[str, Any]) -> None:
         raise ConfigProblem(f"env {s['env']} with env.kwargs {s['env_kwargs']}: {msg}") from None
 
 
+def _number(value: Any, key: str, kind: type) -> Any:
+    """``value`` as ``kind`` (an int must be whole), or a config problem naming ``key``."""
+    ok = not isinstance(value, bool) and isinstance(value, int | float)
+    if ok and kind is int and (not math.isfinite(value) or value != int(value)):
+        ok = False
+    if not ok:
+        raise ConfigProblem(
+            f"{key} must be {'an integer' if kind is int else 'a number'}, got {value!r}"
+        )
+    return kind(value)
+
+
+def _check_sizes(s: dict[str, Any]) -> None:
+    """The counts and limits of the run, in range (as ``agentrl.train`` checks its own): a bad
+    one is a config problem naming its key, before any env or model is built."""
+    limit = INT_LIMIT
+    rules = {  # key: (value, smallest, may be null)
+        "num_envs": (s["num_envs"], 1, False),
+        "repeats": (s["repeats"], 1, False),
+        "episodes": (s["episodes"], 1, True),
+        "max_steps": (s["max_steps"], 1, True),
+        "num_workers": (s["num_workers"], 0, False),
+    }
+    for key, (value, low, nullable) in rules.items():
+        if value is None and nullable:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= limit:
+            raise ConfigProblem(f"{key} must be an integer in {low}..{limit}, got {value!r}")
+    if not 0 <= s["seed"] <= WIDE_INT_LIMIT:
+        raise ConfigProblem(f"seed must be an integer in 0..{WIDE_INT_LIMIT}, got {s['seed']}")
+    if not 0 < s["confidence"] < 1:
+        raise ConfigProblem(f"confidence must be in (0, 1), got {s['confidence']}")
+    t = s["step_timeout"]
+    if t is not None and not (isinstance(t, int | float) and math.isfinite(t) and t > 0):
+        raise ConfigProblem(f"step_timeout must be a number of seconds > 0 or null, got {t!r}")
+
+
+def _check_budget(agent: Any, s: dict[str, Any]) -> None:
+    """agent=model under constrained decoding: the admissible actions must fit its response
+    budget (the env contract's budget rule, as ``agentrl.train`` checks it), before any episode."""
+    from .training.preflight import response_budget_problem
+
+    problem = response_budget_problem(
+        s["env"], s["env_kwargs"], s["max_steps"] or 10, agent.config, agent.tokenizer,
+        agent.settings.model, key="agent.max_new_tokens",
+    )  # fmt: skip
+    if problem:
+        raise ConfigProblem(problem)
+
+
 def evaluate(cfg: DictConfig) -> Report:
     """Run the evaluation described by ``cfg`` and write its outputs; returns the report."""
     s = _resolve(cfg)
+    _check_sizes(s)
     _check_env(s)
     out = Path(cfg.output_dir)
     try:  # a split, task id or count the env does not have is the config's problem
@@ -131,6 +184,12 @@ def evaluate(cfg: DictConfig) -> Report:
         "agentrl_version": __version__,
     }
     agent = build_agent(cfg.agent, cfg)
+    if hasattr(agent, "settings"):  # the model agent: its actions must fit its budget
+        try:
+            _check_budget(agent, s)
+        except ConfigProblem:
+            agent.close()
+            raise
     if hasattr(agent, "settings"):  # the model agent: its own settings, resolved from the run
         meta["agent_config"] = {**meta["agent_config"], "resolved": agent.settings.to_dict()}
     play = agent.run if hasattr(agent, "run") else (lambda *a, **k: play_tasks(*a, agent, **k))

@@ -33,6 +33,7 @@ sampling, mini-batch order), so a resumed run continues exactly as the uninterru
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -43,14 +44,14 @@ from omegaconf import OmegaConf
 from . import credit
 from . import distributed as D
 from .backends import make_backend
-from .config import TrainConfig
+from .config import ConfigError, TrainConfig
 from .evaluation import record_from_rollout, summarize
 from .learner import Learner
 from .learner.fsdp import FSDPLearner
 from .learner.schedule import LRSchedule
 from .learner.weights import policy_state_dict
 from .methods import TrainerHooks, build_runner, trainer_hooks
-from .models import apply_lora, load_model
+from .models import LoraTargetError, apply_lora, load_model
 from .pool import EnvSpec, backend_options, make_pool
 from .pool.accounting import error_metrics, error_rate_stop
 from .rollout import RolloutStats
@@ -63,8 +64,9 @@ from .training.checkpoint import (
     save_checkpoint,
     save_model,
 )
+from .training.interrupt import Interrupted, interrupts
 from .training.iteration import credit_options, features, held_out_resets, play_iteration, train_row
-from .training.runlog import Progress, RunLog, Timer, write_outputs
+from .training.runlog import Progress, RunLog, Timer, write_interrupted, write_outputs
 from .training.sharded_checkpoint import load_run_checkpoint, save_run_checkpoint
 from .training.summary import RunSummary, summarize_run
 from .training.token_credit import update_inputs
@@ -110,8 +112,11 @@ def build(cfg: TrainConfig) -> Parts:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if m.lora.enabled:
         lo = m.lora
-        model = apply_lora(model, r=lo.r, alpha=lo.alpha, dropout=lo.dropout,
-                           target_modules=lo.target_modules)  # fmt: skip
+        try:  # the targets are checked against the model's module names, before any rollout
+            model = apply_lora(model, r=lo.r, alpha=lo.alpha, dropout=lo.dropout,
+                               target_modules=lo.target_modules)  # fmt: skip
+        except LoraTargetError as exc:
+            raise ConfigError(f"invalid config: {exc}") from None
     options = credit_options(cfg)
     hooks = trainer_hooks(cfg.credit.name, credit.needs(cfg.credit.name, **options),
                           cfg.credit.token)  # fmt: skip
@@ -180,106 +185,140 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
     log = RunLog(out, history, trackers) if main else DP.RankLog(history)
     progress = Progress(t.progress, t.iterations, start) if main else DP.QuietProgress()
 
+    saved: dict[int, Path] = {}  # the checkpoints this run wrote, by iteration
+    last_save = [time.monotonic()]
+
     def checkpoint(n: int) -> Path:
         state = {"history": history, "initial_eval": initial,
                  "config": OmegaConf.to_container(OmegaConf.structured(cfg))}  # fmt: skip
         if dist.distributed:  # DCP: every rank writes its shards
-            return save_run_checkpoint(out, n, state, learner, keep=t.keep_checkpoints)
-        state["learner"] = learner.state_dict()
-        return save_checkpoint(out, n, state, keep=t.keep_checkpoints)
+            saved[n] = save_run_checkpoint(out, n, state, learner, keep=t.keep_checkpoints)
+        else:
+            state["learner"] = learner.state_dict()
+            saved[n] = save_checkpoint(out, n, state, keep=t.keep_checkpoints)
+        last_save[0] = time.monotonic()
+        return saved[n]
 
+    def checkpoint_due(n: int) -> bool:
+        """Every ``checkpoint_every`` iterations, and ``checkpoint_minutes`` after the last one
+        (rank 0's clock decides for every rank)."""
+        timed = bool(t.checkpoint_minutes) and (
+            time.monotonic() - last_save[0] >= 60 * t.checkpoint_minutes
+        )
+        return bool(t.checkpoint_every and n % t.checkpoint_every == 0) or D.broadcast_object(timed)
+
+    done = start  # iterations whose update reached the weights and the metrics
     try:
-        if initial is None and t.eval_initial:
-            with Timer() as tm:
-                report, em = evaluate("initial")
-            o = report.overall
-            initial = {"success_rate": o.success_rate, "ci": [o.success_ci_low, o.success_ci_high],
-                       "episodes": o.episodes, "report": report.to_dict()}  # fmt: skip
-            log({"iteration": 0, "step": 0, "phase": "eval_initial", "time/eval_s": tm.wall, **em})
-            progress.note(f"initial greedy success {o.success_rate:.1%}")
-        # -- the loop ----------------------------------------------------------------------------
-        for it in range(start, t.iterations):
-            stats = RolloutStats()
-            with Timer() as t_roll:  # 1. rollout (+ dynamic sampling's extra groups)
-                eps, roll_metrics = play_iteration(cfg, it, train_ids, runner, stats)
-            stats = DP.reduce_stats(stats)  # global counts: every rank decides to stop alike
-            example = next((ep.error for ep in eps if ep.fault is not None), None)
-            why = error_rate_stop(stats.env_errors, stats.episodes, e.max_error_rate, e.id, example)
-            if why is not None:
-                raise TrainingStopped(f"iteration {it + 1}: {why}")
-            eps = [ep for ep in eps if ep.fault is None]  # env faults are left out of credit
-            with Timer() as t_credit:  # 2. step batch (+ declared inputs)  3. credit
-                values, embeddings = features(
-                    learner, model, eps, hooks.prompt_features, cfg.credit.embedding_layer
-                )
-                # torchrun: every rank's rows gathered into the single-process batch; this
-                # rank's sequences point at their global rows
-                batch, seqs, _ = DP.global_step_batch(eps, values=values, embeddings=embeddings)
-                # the method's own step-batch preparation (its critic heads, its spans), if any
-                batch, prepared = hooks.prepare(learner, tok, runner.fmt, batch, seqs)
-                try:
-                    res = credit.compute(batch, cfg.credit.name, **options)
-                except FloatingPointError as exc:
-                    raise TrainingStopped(f"iteration {it}: {exc}") from exc
-            with Timer() as t_upd:  # 4. token advantages + PPO epochs, then the engine's weights
-                try:  # value targets; the method's update inputs or token shaper (credit.token)
-                    kw, tok_metrics = update_inputs(cfg, learner, tok, eps, batch, seqs, res,
-                                                    hooks, prepared)  # fmt: skip
-                    upd = learner.update(seqs, res.advantages, seed=chunk_seed(cfg.seed, it, 3),
-                                         **kw)  # fmt: skip
-                except FloatingPointError as exc:  # NonFiniteError included
-                    raise TrainingStopped(f"iteration {it}: {exc}") from exc
-                if p.engine_model is not None:  # torchrun: full weights into the engine's copy
-                    learner.sync_to(p.engine_model)
-                if r.backend != "hf":  # the hf engine samples from the learner's own model
-                    backend.update_weights(policy_state_dict(p.engine_model or model))
-            errs = error_metrics(stats.env_errors, stats.env_restarts, stats.env_replayed)
-            row = train_row(it, DP.gather_episodes(eps), batch.group, stats, res,
-                            upd, t_roll, t_credit, t_upd,
-                            {**roll_metrics, **tok_metrics, **errs})  # 5. log  # fmt: skip
-            row = DP.reduce_times(row)
-            log(row)
-            progress.update(it + 1, row)
-            if t.eval_every and (it + 1) % t.eval_every == 0 and it + 1 < t.iterations:
+        # SIGINT/SIGTERM: abandon an iteration before its update, finish one during it
+        with interrupts(enabled=not dist.distributed) as signals:
+            if initial is None and t.eval_initial:
                 with Timer() as tm:
-                    _, em = evaluate(f"iter{it + 1}")
+                    report, em = evaluate("initial")
+                o = report.overall
+                initial = {"success_rate": o.success_rate, "ci": [o.success_ci_low, o.success_ci_high],
+                           "episodes": o.episodes, "report": report.to_dict()}  # fmt: skip
                 log(
                     {
-                        "iteration": it + 1,
-                        "step": it + 1,
-                        "phase": "eval",
+                        "iteration": 0,
+                        "step": 0,
+                        "phase": "eval_initial",
                         "time/eval_s": tm.wall,
                         **em,
                     }
                 )
-                progress.note(f"eval success {em['eval/success_rate']:.1%}")
-            if t.checkpoint_every and (it + 1) % t.checkpoint_every == 0:
-                checkpoint(it + 1)
-        # -- the end: last checkpoint, final model, final evaluation, summary --------------------
-        progress.close()
-        n = t.iterations
-        if not t.checkpoint_every or n % t.checkpoint_every != 0:
-            checkpoint(n)
-        final_dir = checkpoint_dir(out) / "final"
-        if main:  # once, from the full weights (the engine's copy under torchrun)
-            final_dir = save_model(out, p.engine_model or model, tok)
-        D.barrier()
-        with Timer() as tm:
-            report, em = evaluate("final")
-        log({"iteration": n, "step": n, "phase": "eval_final", "time/eval_s": tm.wall, **em})
-        summary = summarize_run(cfg, report, initial, history, final_dir)
-        scalars = {
-            k: v for k, v in summary.flat().items() if isinstance(v, int | float | bool | str)
-        }
-        log({"iteration": n, "step": n, "phase": "summary", **scalars})
-        if main:  # the trackers get the figures and the final model before they close
-            write_outputs(out, summary, report, initial, history, t.plot, log.trackers)
+                progress.note(f"initial greedy success {o.success_rate:.1%}")
+            # -- the loop ------------------------------------------------------------------------
+            for it in range(start, t.iterations):
+                stats = RolloutStats()
+                with Timer() as t_roll:  # 1. rollout (+ dynamic sampling's extra groups)
+                    eps, roll_metrics = play_iteration(cfg, it, train_ids, runner, stats)
+                stats = DP.reduce_stats(stats)  # global counts: every rank decides to stop alike
+                example = next((ep.error for ep in eps if ep.fault is not None), None)
+                why = error_rate_stop(
+                    stats.env_errors, stats.episodes, e.max_error_rate, e.id, example
+                )
+                if why is not None:
+                    raise TrainingStopped(f"iteration {it + 1}: {why}")
+                eps = [ep for ep in eps if ep.fault is None]  # env faults are left out of credit
+                with Timer() as t_credit:  # 2. step batch (+ declared inputs)  3. credit
+                    values, embeddings = features(
+                        learner, model, eps, hooks.prompt_features, cfg.credit.embedding_layer
+                    )
+                    # torchrun: every rank's rows gathered into the single-process batch; this
+                    # rank's sequences point at their global rows
+                    batch, seqs, _ = DP.global_step_batch(eps, values=values, embeddings=embeddings)
+                    # the method's own step-batch preparation (its critic heads, its spans), if any
+                    batch, prepared = hooks.prepare(learner, tok, runner.fmt, batch, seqs)
+                    try:
+                        res = credit.compute(batch, cfg.credit.name, **options)
+                    except FloatingPointError as exc:
+                        raise TrainingStopped(f"iteration {it}: {exc}") from exc
+                with signals.finishing():  # from here the iteration reaches the weights: finish it
+                    with Timer() as t_upd:  # 4. token advantages + PPO epochs, then the engine
+                        try:  # value targets; the method's update inputs or token shaper
+                            kw, tok_metrics = update_inputs(cfg, learner, tok, eps, batch, seqs,
+                                                            res, hooks, prepared)  # fmt: skip
+                            upd = learner.update(seqs, res.advantages,
+                                                 seed=chunk_seed(cfg.seed, it, 3), **kw)  # fmt: skip
+                        except FloatingPointError as exc:  # NonFiniteError included
+                            raise TrainingStopped(f"iteration {it}: {exc}") from exc
+                        if p.engine_model is not None:  # torchrun: full weights into the engine
+                            learner.sync_to(p.engine_model)
+                        if r.backend != "hf":  # the hf engine samples from the learner's model
+                            backend.update_weights(policy_state_dict(p.engine_model or model))
+                    errs = error_metrics(stats.env_errors, stats.env_restarts, stats.env_replayed)
+                    row = train_row(it, DP.gather_episodes(eps), batch.group, stats, res,
+                                    upd, t_roll, t_credit, t_upd,
+                                    {**roll_metrics, **tok_metrics, **errs})  # 5. log  # fmt: skip
+                    row = DP.reduce_times(row)
+                    log(row)
+                    progress.update(it + 1, row)
+                    done = it + 1
+                if t.eval_every and (it + 1) % t.eval_every == 0 and it + 1 < t.iterations:
+                    with Timer() as tm:
+                        _, em = evaluate(f"iter{it + 1}")
+                    log(
+                        {
+                            "iteration": it + 1,
+                            "step": it + 1,
+                            "phase": "eval",
+                            "time/eval_s": tm.wall,
+                            **em,
+                        }
+                    )
+                    progress.note(f"eval success {em['eval/success_rate']:.1%}")
+                if checkpoint_due(it + 1):
+                    checkpoint(it + 1)
+            # -- the end: last checkpoint, final model, final evaluation, summary ----------------
+            progress.close()
+            n = t.iterations
+            if n not in saved:
+                checkpoint(n)
+            final_dir = checkpoint_dir(out) / "final"
+            if main:  # once, from the full weights (the engine's copy under torchrun)
+                final_dir = save_model(out, p.engine_model or model, tok)
+            D.barrier()
+            with Timer() as tm:
+                report, em = evaluate("final")
+            log({"iteration": n, "step": n, "phase": "eval_final", "time/eval_s": tm.wall, **em})
+            summary = summarize_run(cfg, report, initial, history, final_dir)
+            scalars = {
+                k: v for k, v in summary.flat().items() if isinstance(v, int | float | bool | str)
+            }
+            log({"iteration": n, "step": n, "phase": "summary", **scalars})
+            if main:  # the trackers get the figures and the final model before they close
+                write_outputs(out, summary, report, initial, history, t.plot, log.trackers)
     except TrainingStopped as exc:
         progress.close()
         log({"phase": "stopped", "reason": str(exc)})
         if main:
             print(f"training stopped: {exc}. The last good checkpoint is kept in "
                   f"{out / 'checkpoints'}.", file=sys.stderr)  # fmt: skip
+        raise
+    except Interrupted as exc:  # keep what was done: a checkpoint and its summary
+        progress.close()
+        ck = saved.get(done) or checkpoint(done)
+        exc.line = write_interrupted(out, exc.name, done, t.iterations, ck, initial, history, log)
         raise
     finally:
         log.close()

@@ -9,7 +9,9 @@ prints the held-out success before and after. Examples::
     python -m agentrl.train trainer.resume=outputs/2026-01-01/12-00-00
 
 Exit codes: 0 done; 2 a bad config (one line per problem, naming the key; nothing was started);
-3 training stopped early (non-finite numbers; the last good checkpoint is kept).
+3 training stopped early (non-finite numbers; the last good checkpoint is kept); 130 / 143
+interrupted by SIGINT / SIGTERM (128 + the signal's number; a checkpoint of the iterations done
+and their summary are written: ``trainer.resume=<the printed checkpoint>`` continues exactly).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .distributed import close_distributed, record
 from .overrides import unknown_group_option
 from .recipe import TrainingStopped, train
 from .training.checkpoint import CheckpointError
+from .training.interrupt import Interrupted
 from .training.preflight import preflight
 
 _started: list[bool] = []  # set once Hydra has composed the config and called main()
@@ -46,7 +49,10 @@ def main(raw: DictConfig) -> None:
         train(cfg, Path(out))
     except TrainingStopped:
         sys.exit(3)
-    except CheckpointError as exc:
+    except Interrupted as exc:  # a checkpoint and the summary of what was done are written
+        print(getattr(exc, "line", str(exc)), file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except (CheckpointError, ConfigError) as exc:  # a checkpoint or the model's LoRA targets
         print(exc, file=sys.stderr)
         sys.exit(2)
 

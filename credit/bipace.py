@@ -112,7 +112,7 @@ def leader_clusters(batch: StepBatch, radius: float) -> tuple[np.ndarray, int]:
     return codes, offset
 
 
-@register("bipace", needs={"embedding"})
+@register("bipace", needs={"embedding"}, groups=True)
 def bipace(
     batch: StepBatch,
     *,

@@ -24,7 +24,7 @@ import numpy as np
 
 from .batch import StepBatch
 from .checks import Number, check_value
-from .registry import CreditResult, available, compute, needs, register
+from .registry import CreditResult, available, compute, group_based, needs, register
 
 __all__ = ["compose", "parse_spec", "run_spec"]
 
@@ -92,7 +92,21 @@ def _compose_needs(o: dict[str, Any]) -> set[str]:
     return out
 
 
-@register("compose", needs=_compose_needs)
+def spec_group_based(spec: Any, where: str) -> bool:
+    """Whether the module a spec names needs task groups of two or more (see ``group_based``)."""
+    name, opts, _, _ = parse_spec(spec, where)
+    return group_based(name, **opts)
+
+
+def _compose_groups(o: dict[str, Any]) -> bool:
+    """Group-based when every part is: one part with signal of its own (a critic) suffices."""
+    specs = ([] if o["base"] is None else [("base", o["base"])]) + [
+        (f"terms[{i}]", s) for i, s in enumerate(o["terms"] or ())
+    ]
+    return bool(specs) and all(spec_group_based(s, where) for where, s in specs)
+
+
+@register("compose", needs=_compose_needs, groups=_compose_groups)
 def compose(batch: StepBatch, *, base: Any = "grpo", terms: Any = ()) -> CreditResult:
     """Sum of a base module's advantages and weighted components of other modules."""
     if isinstance(terms, str | Mapping) or not isinstance(terms, Sequence):

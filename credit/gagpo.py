@@ -45,7 +45,7 @@ def grouped_value_proxy(batch: StepBatch, G: np.ndarray, leave_one_out: bool = F
     return np.where(c > 1, (total - G) / np.maximum(c - 1, 1), G)
 
 
-@register("gagpo")
+@register("gagpo", groups=True)
 def gagpo(
     batch: StepBatch,
     *,

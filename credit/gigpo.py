@@ -116,7 +116,11 @@ def similarity_groups(
     return codes, n_clusters
 
 
-@register("gigpo", needs=lambda o: {o["similarity_key"]} if o["similarity"] is not None else ())
+@register(
+    "gigpo",
+    needs=lambda o: {o["similarity_key"]} if o["similarity"] is not None else (),
+    groups=True,
+)
 def gigpo(
     batch: StepBatch,
     *,

@@ -104,7 +104,7 @@ def success_distances(batch: StepBatch) -> tuple[np.ndarray, np.ndarray, np.ndar
     return dist[target], has_success[batch.group_index], dist[src]
 
 
-@register("graphgpo", needs={"next_state_key"})
+@register("graphgpo", needs={"next_state_key"}, groups=True)
 def graphgpo(
     batch: StepBatch,
     *,

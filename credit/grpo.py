@@ -82,7 +82,7 @@ def episode_advantages(
     return np.where(single, raw if singleton == "raw" else 0.0, dev)
 
 
-@register("grpo")
+@register("grpo", groups=True)
 def grpo(
     batch: StepBatch,
     *,

@@ -59,7 +59,7 @@ def _level_advantages(
     return dev / (std[codes] + eps)
 
 
-@register("hgpo")
+@register("hgpo", groups=True)
 def hgpo(
     batch: StepBatch,
     *,

@@ -40,7 +40,7 @@ import numpy as np
 
 from .batch import StepBatch
 from .checks import UNIT, check_value
-from .compose import run_spec
+from .compose import run_spec, spec_group_based
 from .diagnostics import episode_diagnostics, group_diagnostics
 from .grpo import Stats, episode_advantages
 from .ops import EPS, Mode, check_choice, combine_codes, normalize
@@ -75,7 +75,9 @@ def milestone_segments(
     return seg, shaped
 
 
-@register("milestone")
+@register(  # segment groups pool a task group's rollouts; a base must need groups too
+    "milestone", groups=lambda o: o["base"] is None or spec_group_based(o["base"], "base")
+)
 def milestone(
     batch: StepBatch,
     *,

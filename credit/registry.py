@@ -35,6 +35,7 @@ __all__ = [
     "check_option_names",
     "compute",
     "get",
+    "group_based",
     "needs",
     "options",
     "register",
@@ -96,16 +97,20 @@ Needs = Iterable[str] | Callable[[dict[str, Any]], Iterable[str]]
 _MODULES: dict[str, CreditFn] = {}
 _NEEDS: dict[str, Needs] = {}
 _ASKS: dict[str, TrainerAsks] = {}
+Groups = bool | Callable[[dict[str, Any]], bool]
+_GROUPS: dict[str, Groups] = {}
 
 
 def register(
-    name: str, needs: Needs = (), asks: TrainerAsks | None = None
+    name: str, needs: Needs = (), asks: TrainerAsks | None = None, groups: Groups = False
 ) -> Callable[[CreditFn], CreditFn]:
     """Decorator registering a credit module under ``name``.
 
     ``needs``: the optional step-batch inputs the module reads (beyond the required columns), or a
     function of the module's options (defaults filled in) that returns them. ``asks``: what it
     asks of the trainer beyond those inputs (default: nothing, :class:`TrainerAsks`).
+    ``groups``: whether its baseline is the task group's other rollouts, so that groups of one
+    rollout give it no signal (a bool, or a function of the options); see :func:`group_based`.
     """
     if asks is not None and not isinstance(asks, TrainerAsks):
         raise TypeError(f"asks of credit module {name!r} must be a TrainerAsks, got {asks!r}")
@@ -116,6 +121,7 @@ def register(
         _MODULES[name] = fn
         _NEEDS[name] = needs if callable(needs) else frozenset(needs)
         _ASKS[name] = asks or TrainerAsks()
+        _GROUPS[name] = groups
         return fn
 
     return deco
@@ -132,6 +138,20 @@ def needs(name: str, **opts: Any) -> frozenset[str]:
     if callable(declared):
         return frozenset(declared({**options(name), **opts}))
     return declared
+
+
+def group_based(name: str, **opts: Any) -> bool:
+    """Whether module ``name`` with these options needs task groups of two or more rollouts.
+
+    ``True`` for the critic-free modules whose baseline is the group (``grpo``, ``rloo``,
+    ``gigpo``, ...): with ``group_size=1`` every advantage is 0 or the raw return, never a
+    comparison. ``compose`` (and ``milestone`` with a base) answers ``True`` when every part does.
+    """
+    get(name)  # an unknown name is an error listing the valid ones
+    declared = _GROUPS.get(name, False)
+    if callable(declared):
+        return bool(declared({**options(name), **opts}))
+    return bool(declared)
 
 
 def asks(name: str) -> TrainerAsks:

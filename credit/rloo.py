@@ -62,7 +62,7 @@ def rloo_advantages(
     )
 
 
-@register("rloo")
+@register("rloo", groups=True)
 def rloo(
     batch: StepBatch,
     *,

@@ -90,7 +90,7 @@ def _edges(batch: StepBatch, codes: np.ndarray, n: int) -> tuple[np.ndarray, np.
     return e // n, e % n
 
 
-@register("salt")
+@register("salt", groups=True)
 def salt(
     batch: StepBatch,
     *,

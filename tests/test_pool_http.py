@@ -7,56 +7,22 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
+from http_envs import ROOT, Server
 from hypothesis import given
 from hypothesis import strategies as st
 
 from agentrl.pool import EnvPool, EnvSpec, make_pool
 from agentrl.pool.wire import WireError, from_wire, to_wire
 
-TESTS = Path(__file__).resolve().parent
-ROOT = TESTS.parent
 SOKO = {"dim_room": 5, "max_steps": 10}
-
-
-class Server:
-    """``python -m agentrl.pool.serve`` in a subprocess; ``url`` once it listens."""
-
-    def __init__(self, env: str, *args: str, port: int = 0, token: str | None = None):
-        env_vars = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT)])}
-        if token:
-            env_vars["TEST_ENV_TOKEN"] = token
-            args = (*args, "--token-env", "TEST_ENV_TOKEN")
-        cmd = [sys.executable, "-m", "agentrl.pool.serve", env, "--port", str(port)]
-        cmd += ["--import", "http_envs", *args]
-        self.proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=env_vars, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        line = self.proc.stdout.readline()
-        if not line.startswith("serving"):
-            self.stop()
-            raise RuntimeError(f"server did not start: {line}{self.proc.stderr.read()}")
-        self.url = line.split(" on ")[1].split()[0]
-        self.port = int(self.url.rsplit(":", 1)[1])
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
 
 
 @pytest.fixture(scope="module")

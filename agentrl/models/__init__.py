@@ -18,7 +18,9 @@ from .tiny import TinyModelConfig, build_tiny
 
 __all__ = [
     "TinyModelConfig",
+    "LoraTargetError",
     "apply_lora",
+    "check_lora_targets",
     "build_smollm2",
     "build_tiny",
     "load_model",
@@ -65,11 +67,16 @@ def load_model(
 def apply_lora(
     model, *, r: int, alpha: float, dropout: float = 0.0, target_modules: Any = "all-linear"
 ):
-    """Wrap ``model`` with LoRA adapters (peft); the frozen base is the KL reference."""
+    """Wrap ``model`` with LoRA adapters (peft); the frozen base is the KL reference.
+
+    Every named target must match a module of ``model`` (checked before peft is called; else
+    :class:`LoraTargetError` names the missing one and the close and available names)."""
     from peft import LoraConfig, get_peft_model
 
     if isinstance(target_modules, str) and target_modules != "all-linear":
         target_modules = [m.strip() for m in target_modules.split(",")]
+    if target_modules != "all-linear":
+        check_lora_targets(model, target_modules)
     cfg = LoraConfig(
         r=r,
         lora_alpha=alpha,
@@ -78,3 +85,40 @@ def apply_lora(
         task_type="CAUSAL_LM",
     )
     return get_peft_model(model, cfg)
+
+
+class LoraTargetError(ValueError):
+    """``model.lora.target_modules`` names a module the model does not have."""
+
+
+def check_lora_targets(model: Any, targets: Any) -> None:
+    """Raise :class:`LoraTargetError` unless every name in ``targets`` matches a module of
+    ``model`` as peft matches a list: the full dotted name, or its last parts (``q_proj``,
+    ``self_attn.q_proj``). The message lists close names and the adaptable ones (the leaf names
+    of the model's linear, embedding and convolution layers)."""
+    import difflib
+
+    import torch
+
+    if isinstance(targets, str) or not isinstance(targets, list | tuple) or not targets:
+        raise LoraTargetError(
+            f"model.lora.target_modules must be all-linear or a non-empty list of module names, "
+            f"got {targets!r}"
+        )
+    names = [n for n, _ in model.named_modules() if n]
+    kinds = (torch.nn.Linear, torch.nn.Embedding, torch.nn.Conv1d, torch.nn.Conv2d)
+    leaves = sorted(
+        {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if n and isinstance(m, kinds)}
+        | {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if type(m).__name__ == "Conv1D"}
+    )
+    for t in targets:
+        if not isinstance(t, str) or not t:
+            raise LoraTargetError(f"model.lora.target_modules: {t!r} is not a module name")
+        if any(n == t or n.endswith("." + t) for n in names):
+            continue
+        close = difflib.get_close_matches(t, leaves, n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise LoraTargetError(
+            f"model.lora.target_modules: the model has no module named {t!r}{hint} "
+            f"(adaptable modules: {', '.join(leaves)}; or all-linear)"
+        )

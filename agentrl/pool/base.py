@@ -194,6 +194,13 @@ class BasePool:
             values.append(value)
         return values
 
+    def end_episodes(self, indices: Sequence[int]) -> None:
+        """Forget the running episodes of these envs (their user left: an env server's closed
+        session): a restarted worker does not replay them. The envs stay; the next reset
+        starts them again."""
+        for i in self._indices(indices):
+            self._episodes[i] = None
+
     def close(self) -> None:
         raise NotImplementedError
 

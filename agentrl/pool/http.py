@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -31,7 +32,7 @@ from typing import Any
 import httpx
 
 from .base import BasePool, EnvFn, EnvSpec, StepResult, WorkerFault
-from .checks import Fault
+from .checks import ERROR_KINDS, Fault
 from .wire import PROTOCOL, from_wire, to_wire
 from .worker import Reply
 
@@ -39,15 +40,17 @@ __all__ = ["GRACE", "HTTPEnvPool"]
 
 #: Seconds a server gets past the step deadline to answer (its own deadline fires first).
 GRACE = 10.0
+#: How the server's pool names the env in a cut episode's error (its slot, not the client's env).
+_SLOT_PREFIX = re.compile(r"^env \d+ \([^)]*\): ")
 
 
 class ServerError(RuntimeError):
     """A server that cannot be used for this call (down, late, an error status, a bad reply);
     ``kind`` is the pool's error kind it counts as (``crash``, ``timeout``, ``info``)."""
 
-    def __init__(self, message: str, kind: str = "crash"):
+    def __init__(self, message: str, kind: str = "crash", status: int | None = None):
         super().__init__(message)
-        self.kind = kind
+        self.kind, self.status = kind, status
 
 
 class HTTPEnvPool(BasePool):
@@ -136,7 +139,10 @@ class HTTPEnvPool(BasePool):
             ) from None
         if r.status_code != 200:
             why = data.get("error") if isinstance(data, dict) else None
-            raise ServerError(f"env server {url} answered HTTP {r.status_code}: {why or data}")
+            raise ServerError(
+                f"env server {url} answered HTTP {r.status_code}: {why or data}",
+                status=r.status_code,
+            )
         if not isinstance(data, dict):
             raise ServerError(f"env server {url} sent a malformed reply: not a JSON object")
         return data
@@ -163,6 +169,8 @@ class HTTPEnvPool(BasePool):
         by_group: dict[int, list[tuple[int, tuple]]],
         budget: tuple[float | None, str],
     ) -> tuple[list[Reply], dict[int, WorkerFault]]:
+        if not by_group:  # nothing to send (every env of the call is cut until its reset)
+            return [], {}
         deadline = self._call_deadline(by_group)
         jobs = {
             g: self._threads.submit(self._serve, g, op, items, deadline)
@@ -206,7 +214,12 @@ class HTTPEnvPool(BasePool):
         elif any(i not in self._session for i in envs):
             raise ServerError(f"env server {self.urls[g]}: no open session (reset the env first)")
         body = {"items": [self._item(op, self._session[i], a) for i, a in items]}
-        results = self._request(g, "POST", f"/v1/{op}", body, left()).get("results")
+        try:
+            results = self._request(g, "POST", f"/v1/{op}", body, left()).get("results")
+        except ServerError as exc:
+            if op == "call" and exc.status == 403:  # a method the server does not allow: that
+                return [(i, False, Fault("exception", str(exc))) for i in envs]  # call fails
+            raise
         if not isinstance(results, list) or len(results) != len(items):
             raise ServerError(
                 f"env server {self.urls[g]} sent a malformed reply: wrong result count"
@@ -226,12 +239,16 @@ class HTTPEnvPool(BasePool):
     def _value(self, g: int, op: str, r: Any) -> tuple[bool, Any]:
         """``(ok, value)`` of one result, in the shape the in-process pool returns."""
         try:
-            if not r["ok"]:
-                return False, Fault("exception", f"env server {self.urls[g]}: {r['error']}")
+            if not r["ok"]:  # the env raised, or its result cannot be sent (JSON)
+                kind = "unpicklable" if "cannot be sent" in str(r["error"]) else "exception"
+                return False, Fault(kind, f"env server {self.urls[g]}: {r['error']}")
             if op == "reset":
                 return True, (r["observation"], from_wire(r["info"]))
             if op == "step":
                 info = from_wire(r["info"])
+                cut = self._server_cut(g, info) if r["truncated"] is True else None
+                if cut is not None:
+                    return False, cut
                 return True, StepResult(
                     r["observation"], from_wire(r["reward"]), r["terminated"], r["truncated"], info
                 )
@@ -240,6 +257,17 @@ class HTTPEnvPool(BasePool):
             raise ServerError(
                 f"env server {self.urls[g]} sent a malformed {op} result ({type(exc).__name__}: {exc})"
             ) from None
+
+    def _server_cut(self, g: int, info: Any) -> Fault | None:
+        """The fault of an episode the server's own pool cut (its env raised, crashed, hung...),
+        as this pool's: the client books it like any fault, and its error names this pool's env
+        (``env 3 (Sokoban-v0): env server <url>: ...``), not the server's slot."""
+        if not isinstance(info, dict) or info.get("error_kind") not in ERROR_KINDS:
+            return None
+        # the server's error_detail is its fault's whole text; its error, that text's first line
+        # after the server's own "env <slot> (<name>): "
+        text = info.get("error_detail") or _SLOT_PREFIX.sub("", str(info.get("error", "")), count=1)
+        return Fault(str(info["error_kind"]), f"env server {self.urls[g]}: {text or 'episode cut'}")
 
     def worker_pids(self) -> list[int]:
         """None here: the envs live in the servers' processes."""

@@ -142,6 +142,7 @@ class EnvService:
         max_sessions: int = 16,
         workers: int = 1,
         step_timeout: float | None = 30.0,
+        worker_memory_mb: float | None = None,
         allow_calls: Sequence[str] = DEFAULT_CALLS,
         session_ttl: float = 3600.0,
         imports: Sequence[str] = (),
@@ -156,6 +157,7 @@ class EnvService:
             [recipe] * max_sessions,
             num_workers=self.workers,
             step_timeout=step_timeout,
+            worker_memory_mb=worker_memory_mb,
         )
         self._free = list(range(max_sessions))
         self._slot: dict[str, int] = {}
@@ -172,7 +174,10 @@ class EnvService:
             "open_sessions": len(self._slot),
             "workers": self.workers,
             "step_timeout": self.step_timeout,
+            "worker_memory_mb": self.pool.worker_memory_mb,
             "restarts": self.pool.restarts,
+            "replayed": self.pool.replayed,
+            "worker_pids": self.pool.worker_pids(),
         }
 
     def open(self, req: SessionsRequest) -> dict[str, Any]:
@@ -208,6 +213,7 @@ class EnvService:
         slot = self._slot.pop(sid, None)
         self._used.pop(sid, None)
         if slot is not None:
+            self.pool.end_episodes([slot])  # a restart must not replay a closed session's episode
             self._free.append(slot)
         return slot is not None
 
@@ -369,6 +375,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--max-sessions", type=int, default=16, help="envs the server holds")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="env processes")
     ap.add_argument("--step-timeout", type=float, default=30.0, help="s per env call")
+    ap.add_argument("--worker-memory-mb", type=float, default=None,
+                    help="resident MiB one env process may use (default: no limit)")  # fmt: skip
     ap.add_argument("--token-env", metavar="VAR", help="require the bearer token in $VAR")
     ap.add_argument("--allow-call", nargs="*", default=list(DEFAULT_CALLS), help="callable methods")
     ap.add_argument("--import", dest="imports", nargs="*", default=[], metavar="MODULE",
@@ -388,6 +396,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_sessions=args.max_sessions,
             workers=args.workers,
             step_timeout=args.step_timeout,
+            worker_memory_mb=args.worker_memory_mb,
             allow_calls=args.allow_call,
             imports=args.imports,
         )

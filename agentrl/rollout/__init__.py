@@ -3,7 +3,7 @@ runner, step-batch assembly."""
 
 from .batch import to_step_batch
 from .loop import EpisodeResult, ModelPolicy, ResetSpec, RolloutStats, StepRecord, run_episodes
-from .parse import ActionFormat, ParsedAction
+from .parse import ActionFormat, ParsedAction, action_token_counter
 from .prompt import PromptBuilder, PromptConfig, Turn
 from .runner import EpisodeRunner, RunnerSettings, chunk_seed, eval_seed
 
@@ -20,6 +20,7 @@ __all__ = [
     "RunnerSettings",
     "StepRecord",
     "Turn",
+    "action_token_counter",
     "chunk_seed",
     "eval_seed",
     "run_episodes",

@@ -13,10 +13,11 @@ never turns into a tag (:mod:`agentrl.envs.commands` does the same for the envs'
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FLAGS", "ActionFormat", "ParsedAction"]
+__all__ = ["FLAGS", "ActionFormat", "ParsedAction", "action_token_counter"]
 
 #: How every action pattern is matched (ASCII classes and case folding; ``.`` spans lines).
 FLAGS = re.DOTALL | re.ASCII
@@ -108,3 +109,16 @@ class ActionFormat:
     def step_extras(self, response: str) -> dict[str, Any]:
         """Per-step columns this format records for the step batch's ``extras``."""
         return {}
+
+
+def action_token_counter(tokenizer: Any, fmt: ActionFormat) -> Callable[[str], int]:
+    """The token count of an action as ``fmt`` renders it under constrained decoding (the
+    longest of its renderings), by ``tokenizer``, stop token included: what the env contract's
+    budget rule measures (``python -m agentrl.check_env`` and the trainer's config check)."""
+    stop = 0 if tokenizer.eos_token_id is None else 1
+
+    def count(action: str) -> int:
+        texts = fmt.renders(action)
+        return max(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts) + stop
+
+    return count

@@ -11,24 +11,33 @@ from __future__ import annotations
 
 import re
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 
 from .. import credit, envs
 from ..config import ConfigError, TrainConfig
 from ..credit import token_shapers
 from ..credit.synthetic import random_batch
+from ..envs import contract
 from ..methods import trainer_hooks
+from ..methods.registry import format_hook
+from ..models import resolve_model_path
+from ..pool import EnvPool, EnvSpec
+from ..rollout import action_token_counter
 from .checkpoint import CheckpointError, find_checkpoint
 from .iteration import credit_options
 
-__all__ = ["BUILTIN_MODELS", "preflight"]
+__all__ = ["BUILTIN_MODELS", "preflight", "response_budget_problem"]
 
 BUILTIN_MODELS = ("tiny", "smollm2-135m", "smollm2-135m-instruct")
 
 
 def preflight(cfg: TrainConfig, out: str | Path | None) -> None:
     """Raise :class:`ConfigError` listing every problem found (each naming its key)."""
-    problems = _credit(cfg) + _env(cfg) + _model(cfg) + _resume(cfg) + _device(cfg) + _out(out)
+    problems = _credit(cfg) + _groups(cfg) + _env(cfg) + _model(cfg)
+    problems += _resume(cfg) + _device(cfg) + _out(out)
+    if not problems:  # the tokenizer loads only for an otherwise sound config
+        problems = _budget(cfg)
     if problems:
         raise ConfigError("invalid config: " + "; ".join(problems))
 
@@ -81,6 +90,107 @@ def _credit(cfg: TrainConfig) -> list[str]:
         key = f"credit.options.{named.group(1)}" if named else "credit.options"
         return [f"{key} ({name}): {msg}"]
     return []
+
+
+def _groups(cfg: TrainConfig) -> list[str]:
+    """A group-based module (its baseline is the task group) with one rollout per group."""
+    name = cfg.credit.name
+    if cfg.rollout.group_size != 1 or name not in credit.available():
+        return []
+    try:
+        grouped = credit.group_based(name, **cfg.credit.options)
+    except Exception:  # noqa: BLE001 - a malformed option is _credit's to report
+        return []
+    if not grouped:
+        return []
+    return [
+        f"rollout.group_size=1 with credit.name={name!r}: its baseline is the other rollouts of "
+        "the task group, so groups of one give no advantage at all (set rollout.group_size >= 2, "
+        "or a module with a critic: credit=gae)"
+    ]
+
+
+def _budget(cfg: TrainConfig) -> list[str]:
+    """Under constrained decoding an admissible action longer than the response budget can never
+    be written (:func:`response_budget_problem`, with the run's tokenizer)."""
+    if not cfg.rollout.constrained:
+        return []
+    from transformers import AutoTokenizer
+
+    m = cfg.model
+    tiny = asdict(m.tiny) if m.tiny is not None and m.name == "tiny" else None
+    tok = AutoTokenizer.from_pretrained(resolve_model_path(m.name, tiny))
+    e = cfg.env
+    problem = response_budget_problem(
+        e.id, dict(e.kwargs), e.max_steps, cfg, tok, m.name, isolate=e.num_workers > 0,
+        step_timeout=e.step_timeout,
+    )  # fmt: skip
+    return [problem] if problem else []
+
+
+def response_budget_problem(
+    env_id: str,
+    kwargs: dict,
+    max_steps: int,
+    cfg: TrainConfig,
+    tokenizer,
+    model: str,
+    key: str = "rollout.max_new_tokens",
+    *,
+    isolate: bool = False,
+    step_timeout: float | None = None,
+) -> str | None:
+    """The env contract's budget rule (``agentrl.envs.contract.budget_failure``) on the actions
+    met from ``reset(seed=0)`` along the expert's path, counted with ``tokenizer`` in the action
+    format the runner of ``cfg`` writes (its credit module's), against
+    ``cfg.rollout.max_new_tokens``; ``None`` when they fit, constrained decoding is off or the
+    env lists no actions. ``key`` is the setting the line names (``agent.max_new_tokens`` in
+    ``agentrl.evaluate``). Train and evaluate apply it alike. With ``isolate`` (the run keeps its
+    envs in worker processes) the env is stepped in one worker of the process pool, under
+    ``step_timeout``, so an env that crashes or hangs costs the probe, not this process."""
+    r = cfg.rollout
+    if not r.constrained:
+        return None
+    if isolate:
+        with EnvPool([EnvSpec(env_id, kwargs)], num_workers=1, step_timeout=step_timeout) as pool:
+            actions = contract.actions_seen(_PoolEnv(pool), seeds=(0,), max_steps=max_steps)
+    else:
+        env = envs.make(env_id, **kwargs)
+        try:
+            actions = contract.actions_seen(env, seeds=(0,), max_steps=max_steps)
+        finally:
+            env.close()
+    if not actions:
+        return None  # an open action space: nothing to constrain
+    fmt = format_hook(cfg.credit.name)[1].build(asdict(r.action))  # the runner's action format
+    count = action_token_counter(tokenizer, fmt)
+    failure = contract.budget_failure({a: count(a) for a in actions}, r.max_new_tokens, key=key)
+    if failure is None:
+        return None
+    return (
+        f"{failure} (constrained decoding on {env_id}: a longer admissible action can never be "
+        f"written; check every action with python -m agentrl.check_env {env_id} --model {model})"
+    )
+
+
+class _PoolEnv:
+    """Env 0 of a pool, as ``contract.actions_seen`` drives an env: a cut episode (the env
+    crashed, hung, returned junk) raises, which ends the probe."""
+
+    def __init__(self, pool: EnvPool):
+        self.pool = pool
+
+    def reset(self, *, seed: int | None = None):
+        return self.pool.reset([0], [seed])[0]
+
+    def step(self, action: str):
+        r = self.pool.step([0], [action])[0]
+        if "error" in r.info:
+            raise RuntimeError(r.info["error"])
+        return tuple(r)
+
+    def expert_action(self) -> str:
+        return self.pool.call([0], "expert_action")[0]
 
 
 def _env(cfg: TrainConfig) -> list[str]:

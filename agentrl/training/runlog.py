@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from .summary import (
     RunSummary,
@@ -27,7 +27,7 @@ from .summary import (
 )
 from .trackers import Tracker, close_all
 
-__all__ = ["Progress", "RunLog", "Timer", "write_outputs"]
+__all__ = ["Progress", "RunLog", "Timer", "write_interrupted", "write_outputs"]
 
 
 @dataclass
@@ -70,11 +70,16 @@ class RunLog:
 
 
 class Progress:
-    """A rich progress bar with the live training success rate (silent when disabled)."""
+    """Training progress: a rich progress bar with the live training success rate on a terminal;
+    one plain line per iteration when stdout is not one (a log file, a pipe, a batch job), so a
+    redirected run says how far it is; nothing when disabled."""
 
-    def __init__(self, enabled: bool, total: int, start: int):
+    def __init__(self, enabled: bool, total: int, start: int, stream: TextIO | None = None):
         self._p = None
-        if enabled:
+        self._stream = stream or sys.stdout
+        self._total = total
+        self._lines = enabled and not _is_terminal(self._stream)
+        if enabled and not self._lines:
             from rich.progress import (
                 BarColumn,
                 MofNCompleteColumn,
@@ -96,24 +101,77 @@ class Progress:
             self._task = self._p.add_task("train", total=total, completed=start, info="")
 
     def update(self, done: int, row: dict) -> None:
+        if self._p is None and not self._lines:
+            return
+        info = (
+            f"success {row['train/success_rate']:.0%}  return {row['train/mean_return']:+.2f}  "
+            f"{row['time/iteration_s']:.1f}s/it (rollout {row['time/rollout_s']:.1f} "
+            f"credit {row['time/credit_s']:.2f} update {row['time/update_s']:.1f})"
+        )
         if self._p is not None:
-            info = (
-                f"success {row['train/success_rate']:.0%}  return {row['train/mean_return']:+.2f}  "
-                f"{row['time/iteration_s']:.1f}s/it (rollout {row['time/rollout_s']:.1f} "
-                f"credit {row['time/credit_s']:.2f} update {row['time/update_s']:.1f})"
-            )
             self._p.update(self._task, completed=done, info=info)
+        else:
+            print(f"train {done}/{self._total}  {info}", file=self._stream, flush=True)
 
     def note(self, text: str) -> None:
         if self._p is not None:
             self._p.console.print(text)
         else:
-            print(text)
+            print(text, file=self._stream, flush=True)
 
     def close(self) -> None:
         if self._p is not None:
             self._p.stop()
             self._p = None
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a closed or unusual stream
+        return False
+
+
+def write_interrupted(
+    out: Path,
+    signal_name: str,
+    done: int,
+    total: int,
+    checkpoint: Path,
+    initial: dict | None,
+    history: list[dict],
+    log: Any,
+) -> str:
+    """What an interrupted run did: a ``phase: interrupted`` metrics row, ``summary.json``
+    (``status: interrupted``, the iterations done, the checkpoint, the command that resumes it,
+    the training rows' means and the initial evaluation) and ``summary.md``; returns the one
+    line to print. Under torchrun only rank 0 writes (the other ranks' ``log`` is a no-op)."""
+    train = [r for r in history if r.get("phase") == "train"]
+    last = train[-1] if train else {}
+    resume = f"trainer.resume={checkpoint / 'state.pt'}"  # find_checkpoint takes the file
+    record = {
+        "status": "interrupted",
+        "signal": signal_name,
+        "iterations_done": done,
+        "iterations": total,
+        "checkpoint": str(checkpoint),
+        "resume": resume,
+        "last_train_success_rate": last.get("train/success_rate"),
+        "mean_iteration_s": (
+            sum(r["time/iteration_s"] for r in train) / len(train) if train else None
+        ),
+    }
+    log({"iteration": done, "step": done, "phase": "interrupted", **record})
+    if isinstance(log, RunLog):
+        full = {"summary": record, "initial_eval": initial}
+        (out / "summary.json").write_text(json.dumps(full, indent=1, default=str))
+        lines = [f"# Interrupted run ({signal_name})", ""]
+        lines += [f"- {k.replace('_', ' ')}: {v}" for k, v in record.items() if v is not None]
+        (out / "summary.md").write_text("\n".join(lines) + "\n")
+    return (
+        f"training interrupted by {signal_name} after {done} of {total} iterations: "
+        f"checkpoint {checkpoint}; continue with {resume}"
+    )
 
 
 def write_outputs(

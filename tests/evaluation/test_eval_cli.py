@@ -93,3 +93,41 @@ def test_cli_reports_bad_config(tmp_path, overrides, message):
     assert "invalid config" in res.stderr and message in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
     assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("num_envs=0", "num_envs"),
+        ("num_envs=abc", "num_envs"),
+        ("repeats=0", "repeats"),
+        ("episodes=0", "episodes"),
+        (f"episodes={10**23}", "episodes"),
+        ("max_steps=0", "max_steps"),
+        ("num_workers=-1", "num_workers"),
+        ("seed=-1", "seed"),
+        ("confidence=1.5", "confidence"),
+        ("step_timeout=0", "step_timeout"),
+    ],
+)
+def test_bad_sizes_are_config_problems_naming_the_key(tmp_path, override, key):
+    """Counts and limits are checked before any env or model is built (issue #28, item 5)."""
+    from agentrl.evaluate import ConfigProblem
+
+    with pytest.raises(ConfigProblem, match=rf"^{key} must be"):
+        evaluate(cfg_with(tmp_path, "agent=random", override))
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_model_agent_actions_longer_than_its_budget_are_refused(tmp_path):
+    """agent=model with constrained decoding: the budget rule of agentrl.train, before any
+    episode (Sokoban's directions are 4 tiny-model tokens with the stop token)."""
+    from agentrl.evaluate import ConfigProblem
+
+    cfg = cfg_with(tmp_path, "agent=model", "agent.path=tiny", "agent.max_new_tokens=3",
+                   "agent.constrained=true", "episodes=2")  # fmt: skip
+    with pytest.raises(ConfigProblem) as info:
+        evaluate(cfg)
+    msg = str(info.value)
+    assert "agent.max_new_tokens=3" in msg and "agent.max_new_tokens >= 4" in msg, msg
+    assert not (tmp_path / "results.json").exists()

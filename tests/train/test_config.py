@@ -186,3 +186,129 @@ def test_presets_set_values_never_new_keys():
             data.pop("defaults", None)
             merged = OmegaConf.merge(schema[group], data)  # raises on an unknown key
             assert merged is not None
+
+
+# -- checked before any work (issue #28, item 5) ---------------------------------------------------
+def _int_fields(cls, prefix=""):
+    for f in dataclasses.fields(cls):
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if dataclasses.is_dataclass(default):
+            yield from _int_fields(type(default), f"{prefix}{f.name}.")
+        elif str(f.type).split("|")[0].strip() == "int":
+            yield f"{prefix}{f.name}"
+
+
+@pytest.mark.parametrize("key", list(_int_fields(TrainConfig)))
+def test_every_integer_key_is_bounded(key):
+    """A size of 10**23 (a typo) is refused naming its key, for every int key of the config."""
+    with pytest.raises(ConfigError) as info:
+        load_config(OmegaConf.from_dotlist([f"{key}={10**23}"]))
+    assert key in str(info.value) and "at most" in str(info.value), str(info.value)
+
+
+def test_sizes_within_the_bound_still_load():
+    cfg = load_config(
+        OmegaConf.from_dotlist(["trainer.minibatch_size=2147483647", "seed=4294967296"])
+    )
+    assert cfg.trainer.minibatch_size == 2**31 - 1 and cfg.seed == 2**32
+
+
+def test_zero_iterations_are_refused_pointing_to_evaluate():
+    with pytest.raises(ConfigError) as info:
+        load_config(make_cfg("trainer.iterations=0"))
+    msg = str(info.value)
+    assert "trainer.iterations" in msg and "agentrl.evaluate" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("name", ["grpo", "rloo", "gigpo", "hgpo", "salt"])
+def test_group_credit_with_groups_of_one_is_refused(name, tmp_path):
+    cfg = load_config(make_cfg(f"credit={name}", "rollout.group_size=1"))
+    with pytest.raises(ConfigError) as info:
+        preflight(cfg, tmp_path / "run")
+    msg = str(info.value)
+    assert "rollout.group_size=1" in msg and repr(name) in msg and "\n" not in msg, msg
+
+
+def test_credit_with_a_critic_takes_groups_of_one(tmp_path):
+    preflight(load_config(make_cfg("credit=gae", "rollout.group_size=1")), tmp_path / "run")
+
+
+def test_group_based_declarations():
+    from agentrl import credit
+
+    assert credit.group_based("grpo") and credit.group_based("gigpo")
+    assert not credit.group_based("gae") and not credit.group_based("hiper")
+    assert credit.group_based("compose", base="grpo", terms=["gigpo"])
+    assert not credit.group_based("compose", base="gae", terms=["gigpo"])  # gae has signal
+    assert not credit.group_based("milestone", base="gae") and credit.group_based("milestone")
+
+
+def test_constrained_actions_longer_than_the_budget_are_refused(tmp_path):
+    """Sokoban's four directions are 4 tiny-model tokens each as <action>..</action>, stop token
+    included: a budget of 3 can write none of them under constrained decoding."""
+    cfg = load_config(make_cfg("model.max_new_tokens=3"))
+    with pytest.raises(ConfigError) as info:
+        preflight(cfg, tmp_path / "run")
+    msg = str(info.value)
+    assert "rollout.max_new_tokens=3" in msg and "rollout.max_new_tokens >= 4" in msg, msg
+    assert "4 of 4 actions" in msg and "'up'" in msg and "\n" not in msg
+    # unconstrained, the model may write something else: not a config error
+    preflight(load_config(make_cfg("model.max_new_tokens=3", "model.constrained=false")), tmp_path)
+
+
+def test_the_budget_rule_is_the_env_contracts():
+    from agentrl.envs.contract import budget_failure
+
+    assert budget_failure({"up": 3, "pick up key": 10}, 10) is None
+    msg = budget_failure({"up": 3, "pick up key": 10, "open door": 9}, 8)
+    assert msg == (
+        "2 of 3 actions do not fit max_new_tokens=8: the longest, 'pick up key', takes 10 tokens "
+        "(stop token included); set max_new_tokens >= 10"
+    )
+
+
+def test_lora_targets_are_checked_against_the_model():
+    from agentrl.models import LoraTargetError, apply_lora, load_model
+
+    model, _tok, _ = load_model("tiny")
+    with pytest.raises(LoraTargetError) as info:
+        apply_lora(model, r=2, alpha=4, target_modules=["q_proj", "no_such_proj"])
+    msg = str(info.value)
+    assert "'no_such_proj'" in msg and "q_proj" in msg and "v_proj" in msg and "\n" not in msg
+    with pytest.raises(LoraTargetError, match="did you mean q_proj"):
+        apply_lora(model, r=2, alpha=4, target_modules=["q_prj"])
+    wrapped = apply_lora(model, r=2, alpha=4, target_modules="self_attn.q_proj,v_proj")
+    assert any("lora_A" in n for n, _ in wrapped.named_parameters())
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["trainer.iterations=0"],
+        ["credit=grpo", "rollout.group_size=1"],
+        ["model.lora.enabled=true", "model.lora.target_modules=[no_such_proj]"],
+    ],
+    ids=["iterations=0", "grpo-group_size=1", "lora-target"],
+)
+def test_cli_refuses_before_any_rollout_with_exit_2(tmp_path, overrides):
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agentrl.train",
+            *overrides,
+            "trainer.progress=false",
+            f"output_dir={out}",
+        ],  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    key = overrides[-1].split("=")[0]
+    assert len(lines) == 1 and key in lines[0], proc.stderr
+    assert not (out / "metrics.jsonl").exists() and not (out / "config.yaml").exists()
