@@ -46,7 +46,12 @@ class EndpointError(RuntimeError):
 
 
 def _status_error(base_url: str, exc: Any) -> EndpointError:
-    message = " ".join(str(getattr(exc, "message", exc)).split())
+    """One line: the status and the server's own error message (OpenAI-style error bodies)."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        body = body["error"]
+    text = body.get("message") if isinstance(body, dict) else None
+    message = " ".join(str(text or getattr(exc, "message", exc)).split())
     return EndpointError(f"endpoint {base_url} answered HTTP {exc.status_code}: {message}")
 
 
