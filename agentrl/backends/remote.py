@@ -30,6 +30,7 @@ without token ids) raise :class:`EndpointError` with one line naming the endpoin
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -37,7 +38,14 @@ from typing import Any
 from .base import Generation, SamplingParams
 from .trie import ALLOWED_KEY, Trie, cached_trie, encode_allowed, leaf_only_tokens, trie_prefix
 
-__all__ = ["CompletionsBackend", "EndpointError", "served_model"]
+__all__ = ["CompletionsBackend", "EndpointError", "quiet_http_logs", "served_model"]
+
+
+def quiet_http_logs() -> None:
+    """The HTTP client logs one INFO line per request, which under Hydra's logging is a line per
+    step and episode: keep its warnings only."""
+    for name in ("httpx", "httpx2", "httpcore"):
+        logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger(name).level))
 
 
 class EndpointError(RuntimeError):
@@ -116,6 +124,7 @@ class CompletionsBackend:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         self.base_url = base_url.rstrip("/")
         self.timeout, self.max_retries = float(timeout), int(max_retries)
+        quiet_http_logs()
         self._client = OpenAI(
             base_url=self.base_url, api_key=api_key, timeout=timeout, max_retries=max_retries
         )

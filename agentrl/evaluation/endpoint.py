@@ -38,7 +38,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from ..backends.remote import CompletionsBackend, EndpointError
+from ..backends.remote import CompletionsBackend, EndpointError, quiet_http_logs
 from ..episodes import Episode
 from ..pool import EnvPool
 from ..rollout import ActionFormat, PromptBuilder, PromptConfig
@@ -82,7 +82,7 @@ def served_run_agent(c: dict[str, Any], cfg: Any = None) -> ModelAgent:
     run, and a server that serves another folder than the run's checkpoint, are reported in one
     line (and in the results' ``mismatches``)."""
     settings = resolve_model_settings(
-        {mine: c.get(key) for key, mine in _AS_MODEL.items()} | {"path": c["path"]},
+        {mine: _set(c.get(key)) for key, mine in _AS_MODEL.items()} | {"path": c["path"]},
         agent="endpoint",
         run_scalars=("max_new_tokens", "constrained", "credit"),
     )
@@ -164,6 +164,7 @@ class EndpointAgent:
         self.extra_body = dict(extra_body or {})
         self.constrain = bool(constrain)
         self.render_fn = render_fn or (lambda action: f"<action>{action}</action>")
+        quiet_http_logs()
         self._client = OpenAI(
             base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries
         )
@@ -233,8 +234,8 @@ class EndpointAgent:
             if not c.get("base_url"):
                 raise ValueError("agent=endpoint needs agent.base_url")
             return served_run_agent(c, cfg)
-        prompt = PromptConfig(**(c.get("prompt") or {}))
-        fmt = ActionFormat(**(c.get("action_format") or {}))
+        prompt = PromptConfig(**_set(c.get("prompt") or {}))
+        fmt = ActionFormat(**_set(c.get("action_format") or {}))
         builder = PromptBuilder(None, prompt)  # messages only: the server applies its chat template
 
         def messages_fn(ep: Episode) -> Messages:
@@ -274,3 +275,10 @@ def _given(c: dict[str, Any], key: str, default: Any) -> Any:
     """``c[key]`` unless it is missing or null (the config's "the run's setting")."""
     value = c.get(key)
     return default if value is None else value
+
+
+def _set(value: Any) -> Any:
+    """A mapping without its null keys (the config lists keys to override as null), else as is."""
+    if isinstance(value, dict):
+        return {k: v for k, v in value.items() if v is not None}
+    return value

@@ -158,22 +158,24 @@ def test_served_run_plays_as_in_process(run, server, constrained, caplog):
 
 
 def test_evaluate_cli_endpoint_equals_model(run, server, tmp_path):
-    common = ["episodes=6", "num_envs=3", "progress=false"]
-    for agent, extra in (("model", []), ("endpoint", [f"agent.base_url={server}"])):
-        proc = _cli(
-            "agentrl.evaluate",
-            f"agent={agent}",
-            f"agent.path={run}",
-            *extra,
-            *common,
-            f"output_dir={tmp_path / agent}",
-        )
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    results = {
-        a: json.loads((tmp_path / a / "results.json").read_text()) for a in ("model", "endpoint")
-    }
-    assert results["endpoint"]["episodes"] == results["model"]["episodes"]
-    resolved = results["endpoint"]["meta"]["agent_config"]["resolved"]
+    """``python -m agentrl.evaluate agent=endpoint agent.path=RUN`` with the config's defaults
+    (null: the run's settings; the one served model) plays as ``agent=model`` does."""
+    proc = _cli(
+        "agentrl.evaluate",
+        "agent=endpoint",
+        f"agent.path={run}",
+        f"agent.base_url={server}",
+        "episodes=6",
+        "num_envs=3",
+        "progress=false",
+        f"output_dir={tmp_path}",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    tasks = make_tasks(SOK, SMALL, split="test", episodes=6)
+    expected = _play(ModelAgent(resolve_model_settings({"path": str(run)})), tasks, num_envs=3)
+    assert results["episodes"] == [r.to_dict() for r in expected]
+    resolved = results["meta"]["agent_config"]["resolved"]
     assert resolved["source"] == str(run) and resolved["mismatches"] == []
 
 
