@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 
@@ -93,8 +94,6 @@ def test_hand_settings_override_the_run_and_are_reported(run):
 
 
 def test_endpoint_with_a_path_needs_a_reachable_server(run):
-    import socket
-
     from agentrl.evaluation.endpoint import EndpointError
 
     with socket.socket() as s:  # a free port with nobody listening
@@ -103,6 +102,32 @@ def test_endpoint_with_a_path_needs_a_reachable_server(run):
     cfg = {"path": str(run), "base_url": f"http://127.0.0.1:{port}/v1", "max_retries": 0}
     with pytest.raises(EndpointError, match=f"endpoint http://127.0.0.1:{port}/v1 unreachable"):
         EndpointAgent.from_config(cfg)
+
+
+def test_evaluate_cli_with_the_server_down_is_one_line_exit_1(run, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agentrl.evaluate",
+            "agent=endpoint",
+            f"agent.path={run}",
+            f"agent.base_url=http://127.0.0.1:{port}/v1",
+            "agent.max_retries=0",
+            "episodes=2",
+            f"output_dir={tmp_path / 'eval'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [
+        f"evaluation failed: endpoint http://127.0.0.1:{port}/v1 unreachable: Connection error."
+    ]
 
 
 def test_allowed_sequences_travel_as_json():
