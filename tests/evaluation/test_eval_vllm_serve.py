@@ -132,7 +132,8 @@ def _play(agent, tasks, num_envs=4):
 
 @pytest.mark.parametrize("constrained", [None, False])  # the run's (True), and free generation
 def test_served_run_plays_as_in_process(run, server, constrained, caplog):
-    tasks = make_tasks(SOK, SMALL, split="test", episodes=8)
+    # free generation spends max_new_tokens per step: fewer tasks keep the test short
+    tasks = make_tasks(SOK, SMALL, split="test", episodes=8 if constrained is None else 4)
     model = ModelAgent(resolve_model_settings({"path": str(run), "constrained": constrained}))
     with caplog.at_level(logging.WARNING):
         served = EndpointAgent.from_config(
