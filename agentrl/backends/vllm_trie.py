@@ -6,11 +6,16 @@ string, while the learner masks with the trie of the exact token sequences the r
 :class:`TrieLogitsProcessor` makes the engine and the learner use one and the same support. A
 request carries its allowed sequences in ``SamplingParams.extra_args[ALLOWED_KEY]``; its stop
 tokens are :func:`leaf_only_tokens`, and :func:`trie_prefix` trims what the engine returns.
+
+Over vLLM's OpenAI-compatible server (``python -m agentrl.serve`` loads this processor), a
+request's ``vllm_xargs`` can only hold flat lists, so the sequences travel as one JSON string
+under the same key (:func:`~agentrl.backends.trie.encode_allowed`); :func:`~agentrl.backends.
+trie.request_allowed` reads either form. (These helpers live in :mod:`agentrl.backends.trie`,
+which needs no vLLM, so a client of a server can use them.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -18,41 +23,23 @@ from vllm import SamplingParams as VLLMSamplingParams
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
-from .trie import Trie
+from .trie import (
+    ALLOWED_KEY,
+    Trie,
+    encode_allowed,
+    leaf_only_tokens,
+    request_allowed,
+    trie_prefix,
+)
 
-__all__ = ["ALLOWED_KEY", "TrieLogitsProcessor", "leaf_only_tokens", "trie_prefix"]
-
-#: Key under ``vllm.SamplingParams.extra_args`` carrying a request's allowed token sequences.
-ALLOWED_KEY = "agentrl_allowed"
-
-
-def leaf_only_tokens(sequences: Sequence[Sequence[int]]) -> list[int]:
-    """Token ids that, wherever the trie of ``sequences`` allows them, complete a sequence.
-
-    Used as the request's vLLM stop tokens: sampling one means a leaf was reached, so the engine
-    stops exactly where the HF backend (which ends a constrained response at a leaf) stops.
-    """
-    inner = {tuple(s[:k]) for s in sequences for k in range(1, len(s))}
-    into_leaf: set[int] = set()
-    into_inner: set[int] = set()
-    for s in sequences:
-        for k in range(1, len(s) + 1):
-            (into_inner if tuple(s[:k]) in inner else into_leaf).add(int(s[k - 1]))
-    return sorted(into_leaf - into_inner)
-
-
-def trie_prefix(trie: Trie, tokens: Sequence[int]) -> tuple[int, bool]:
-    """Length of the longest prefix of ``tokens`` on the trie, stopping at the first leaf, and
-    whether that prefix is a complete allowed sequence."""
-    node = trie.root
-    for i, tok in enumerate(tokens):
-        if trie.is_leaf(node):
-            return i, True
-        try:
-            node = trie.step(node, tok)
-        except KeyError:
-            return i, False
-    return len(tokens), trie.is_leaf(node)
+__all__ = [
+    "ALLOWED_KEY",
+    "TrieLogitsProcessor",
+    "encode_allowed",
+    "leaf_only_tokens",
+    "request_allowed",
+    "trie_prefix",
+]
 
 
 class _TrieState:
@@ -97,15 +84,7 @@ class TrieLogitsProcessor(LogitsProcessor):
 
     @classmethod
     def validate_params(cls, sampling_params: VLLMSamplingParams) -> None:
-        allowed = (sampling_params.extra_args or {}).get(ALLOWED_KEY)
-        if allowed is not None and not (
-            isinstance(allowed, list)
-            and allowed
-            and all(isinstance(s, list) and s for s in allowed)
-        ):
-            raise ValueError(
-                f"extra_args[{ALLOWED_KEY!r}] must be a non-empty list of non-empty lists"
-            )
+        request_allowed(sampling_params.extra_args)
 
     def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool) -> None:
         self.states: dict[int, _TrieState] = {}
@@ -117,7 +96,7 @@ class TrieLogitsProcessor(LogitsProcessor):
         def new_state(
             params: VLLMSamplingParams, _prompt: Any, output: list[int]
         ) -> _TrieState | None:
-            allowed = (params.extra_args or {}).get(ALLOWED_KEY)
+            allowed = request_allowed(params.extra_args)
             return None if allowed is None else _TrieState(Trie(allowed), output)
 
         process_dict_updates(self.states, batch_update, new_state)

@@ -1,6 +1,16 @@
-"""An agent behind an OpenAI-compatible chat endpoint (``vllm serve``, any hosted API).
+"""Agents behind an OpenAI-compatible endpoint: a served training run, or any chat model.
 
-Each step sends one chat-completions request per live episode (concurrently, up to
+``agent=endpoint agent.path=RUN`` (a training run served by ``python -m agentrl.serve RUN``) is
+the model agent with generation over the wire: its settings are the run's, read by
+:func:`agentrl.evaluation.model_agent.resolve_model_settings` (hand settings override and are
+reported), and its episodes play through the trainer's runner
+(:class:`~agentrl.evaluation.model_agent.ModelAgent`) with a
+:class:`~agentrl.backends.remote.CompletionsBackend`: the prompt token ids, stop tokens, token cap,
+trie-constrained decoding and parser are the trainer's, so greedy decoding chooses what the
+in-process model chooses (docs/evaluation.md measures it). See :func:`served_run_agent`.
+
+Without ``agent.path`` (a hosted model, a server of a model agentrl did not train), the
+:class:`EndpointAgent` below talks chat completions. Each step sends one chat-completions request per live episode (concurrently, up to
 ``concurrency`` at once). The messages come from ``messages_fn(episode)``, the trainer's prompt
 builder (:class:`agentrl.rollout.PromptBuilder`) when built from a config, and the action is
 read from the reply by ``parse_fn(text)``, the trainer's parser (:class:`agentrl.rollout.
@@ -23,24 +33,79 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
+from ..backends.remote import CompletionsBackend, EndpointError, quiet_http_logs
 from ..episodes import Episode
 from ..pool import EnvPool
 from ..rollout import ActionFormat, PromptBuilder, PromptConfig
+from .model_agent import ModelAgent, _seed, resolve_model_settings
 from .runner import Action
 from .tasks import derive_seed
 
-__all__ = ["EndpointAgent", "EndpointError"]
+__all__ = ["EndpointAgent", "EndpointError", "served_run_agent"]
 
 Messages = list[dict[str, str]]
 _PLACEHOLDER = re.compile(r"<[^<>]*>")
 
 
-class EndpointError(RuntimeError):
-    """The endpoint could not be reached or refused a request (after the client's retries)."""
+#: ``agent=endpoint`` keys and the ``agent=model`` settings they are (the run's, by default).
+_AS_MODEL = {
+    "prompt": "prompt",
+    "action_format": "action",
+    "max_tokens": "max_new_tokens",
+    "constrain": "constrained",
+    "credit": "credit",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+}
+
+
+def _same_folder(a: str, b: str) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except OSError:
+        return a == b
+
+
+def served_run_agent(c: dict[str, Any], cfg: Any = None) -> ModelAgent:
+    """``agent=endpoint agent.path=RUN``: the model agent of ``RUN`` generating with the server
+    at ``agent.base_url`` (``agent.model``: its served name; null: the one model it serves).
+
+    The settings are the run's (:func:`~agentrl.evaluation.model_agent.resolve_model_settings`),
+    overridden by ``agent.prompt``, ``agent.action_format``, ``agent.max_tokens``,
+    ``agent.constrain``, ``agent.credit`` and the sampling keys; overrides that differ from the
+    run, and a server that serves another folder than the run's checkpoint, are reported in one
+    line (and in the results' ``mismatches``)."""
+    settings = resolve_model_settings(
+        {mine: _set(c.get(key)) for key, mine in _AS_MODEL.items()} | {"path": c["path"]},
+        agent="endpoint",
+        run_scalars=("max_new_tokens", "constrained", "credit"),
+    )
+    backend = CompletionsBackend(
+        str(c.get("base_url") or ""),
+        c.get("model") or None,
+        api_key=c.get("api_key") or "EMPTY",
+        concurrency=int(c.get("concurrency") or 16),
+        timeout=float(c.get("timeout") or 60.0),
+        max_retries=int(c.get("max_retries") if c.get("max_retries") is not None else 2),
+        extra_body=c.get("extra_body"),
+    )
+    root = backend.card.get("root")
+    from_run = (Path(settings.source) / "config.yaml").is_file()
+    if from_run and root and not _same_folder(root, settings.model):
+        settings.mismatches.append(
+            f"served model {backend.model!r} is {root} (the run's: {settings.model})"
+        )
+    try:
+        return ModelAgent(settings, seed=_seed(cfg), backend=backend, name="endpoint")
+    except Exception:
+        backend.close()
+        raise
 
 
 class EndpointAgent:
@@ -99,6 +164,7 @@ class EndpointAgent:
         self.extra_body = dict(extra_body or {})
         self.constrain = bool(constrain)
         self.render_fn = render_fn or (lambda action: f"<action>{action}</action>")
+        quiet_http_logs()
         self._client = OpenAI(
             base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries
         )
@@ -154,17 +220,22 @@ class EndpointAgent:
         return out
 
     @classmethod
-    def from_config(cls, agent_cfg: Any, cfg: Any = None) -> EndpointAgent:
-        """From ``configs/agent/endpoint.yaml``: prompts and parsing by the trainer's
-        :class:`~agentrl.rollout.PromptBuilder` and :class:`~agentrl.rollout.ActionFormat`, with
-        the settings of ``agent.prompt`` and ``agent.action_format``."""
+    def from_config(cls, agent_cfg: Any, cfg: Any = None) -> EndpointAgent | ModelAgent:
+        """From ``configs/agent/endpoint.yaml``. With ``agent.path``: :func:`served_run_agent`.
+        Else prompts and parsing by the trainer's :class:`~agentrl.rollout.PromptBuilder` and
+        :class:`~agentrl.rollout.ActionFormat`, with the settings of ``agent.prompt`` and
+        ``agent.action_format``, over chat completions."""
         c = (
             OmegaConf.to_container(agent_cfg, resolve=True)
             if not isinstance(agent_cfg, dict)
             else dict(agent_cfg)
         )
-        prompt = PromptConfig(**(c.get("prompt") or {}))
-        fmt = ActionFormat(**(c.get("action_format") or {}))
+        if c.get("path"):
+            if not c.get("base_url"):
+                raise ValueError("agent=endpoint needs agent.base_url")
+            return served_run_agent(c, cfg)
+        prompt = PromptConfig(**_set(c.get("prompt") or {}))
+        fmt = ActionFormat(**_set(c.get("action_format") or {}))
         builder = PromptBuilder(None, prompt)  # messages only: the server applies its chat template
 
         def messages_fn(ep: Episode) -> Messages:
@@ -175,24 +246,39 @@ class EndpointAgent:
 
         for key in ("base_url", "model"):
             if not c.get(key):
-                raise ValueError(f"agent=endpoint needs agent.{key}")
+                raise ValueError(
+                    f"agent=endpoint needs agent.{key} (or agent.path, a training run it serves)"
+                )
         return cls(
             c["base_url"],
             c["model"],
             messages_fn,
             lambda text: fmt.parse(text).action,
             api_key=c.get("api_key") or "EMPTY",
-            temperature=c.get("temperature", 0.0),
-            top_p=c.get("top_p", 1.0),
-            max_tokens=c.get("max_tokens", 64),
-            concurrency=c.get("concurrency", 16),
-            timeout=c.get("timeout", 60.0),
-            max_retries=c.get("max_retries", 2),
+            temperature=_given(c, "temperature", 0.0),
+            top_p=_given(c, "top_p", 1.0),
+            max_tokens=_given(c, "max_tokens", 64),
+            concurrency=_given(c, "concurrency", 16),
+            timeout=_given(c, "timeout", 60.0),
+            max_retries=_given(c, "max_retries", 2),
             extra_body=c.get("extra_body"),
-            constrain=c.get("constrain", False),
+            constrain=_given(c, "constrain", False),
             render_fn=fmt.render,
         )
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
         self._client.close()
+
+
+def _given(c: dict[str, Any], key: str, default: Any) -> Any:
+    """``c[key]`` unless it is missing or null (the config's "the run's setting")."""
+    value = c.get(key)
+    return default if value is None else value
+
+
+def _set(value: Any) -> Any:
+    """A mapping without its null keys (the config lists keys to override as null), else as is."""
+    if isinstance(value, dict):
+        return {k: v for k, v in value.items() if v is not None}
+    return value

@@ -17,7 +17,14 @@ evaluates it: with ``seed`` and ``num_envs`` equal to the run's ``seed`` and poo
   or any local Hugging Face folder (settings from ``configs/model/path.yaml``).
 
 Keys of ``agent.prompt`` / ``agent.action`` / ``agent.backend_options`` override those settings,
-and ``agent.credit`` the credit module whose action format the model writes.
+and ``agent.credit`` the credit module whose action format the model writes. A hand setting that
+differs from the training run's is kept and reported (one logged line, and ``mismatches`` in the
+results' meta): the run is no longer evaluated as it was trained.
+
+``agent=endpoint agent.path=RUN`` resolves its settings here too (:func:`resolve_model_settings`
+is the one reader of a run's config) and plays through the same runner, with generation by a
+served copy of the model (:class:`agentrl.backends.remote.CompletionsBackend`).
+
 Sampling is greedy by default; with ``temperature > 0`` the chunk starting at task ``start``
 samples with ``chunk_seed(eval_seed(seed), start)`` (the trainer's held-out evaluation rule; the
 backend seeds request ``i`` from it), so a rerun with the same ``num_envs`` is identical.
@@ -25,6 +32,7 @@ backend seeds request ``i`` from it), so a rerun with the same ``num_envs`` is i
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import resources
@@ -35,7 +43,7 @@ import torch
 from omegaconf import OmegaConf
 from transformers import AutoTokenizer
 
-from ..backends import make_backend
+from ..backends import Backend, make_backend
 from ..config import ConfigError, TrainConfig, load_config
 from ..methods import build_runner, format_hook
 from ..models import load_model, resolve_model_path
@@ -46,6 +54,8 @@ from .runner import EvaluationError, _progress
 from .tasks import EvalTask, eval_resets
 
 __all__ = ["ModelAgent", "ModelSettings", "resolve_model_settings"]
+
+log = logging.getLogger(__name__)
 
 _PROMPT_KEYS = (
     "instruction",
@@ -81,6 +91,16 @@ class ModelSettings:
     backend_options: dict[str, Any] = field(default_factory=dict)
     credit: str = "gigpo"  # the credit module the model was trained with (its action format)
     action_format: str = "default"  # the format that module asks for (resolved, for the record)
+    mismatches: list[str] = field(default_factory=list)  # hand settings that differ from the run's
+
+    def mismatch_line(self, agent: str = "model") -> str | None:
+        """One line naming the hand settings that differ from the training run's, or ``None``."""
+        if not self.mismatches:
+            return None
+        return (
+            f"agent={agent}: settings differ from the training run {self.source} "
+            f"(its config.yaml): {'; '.join(self.mismatches)}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()}
@@ -128,12 +148,36 @@ def _run_dir(path: Path) -> Path | None:
     return None
 
 
-def resolve_model_settings(agent_cfg: Mapping[str, Any]) -> ModelSettings:
-    """Settings for ``agent=model`` (see the module docstring for the precedence)."""
+#: Settings a training run fixes, compared with the hand settings (``mismatches``).
+_RUN_SCALARS = ("max_new_tokens", "constrained", "dtype", "credit", "backend")
+
+
+def _differences(run: ModelSettings, s: ModelSettings, scalars: Sequence[str]) -> list[str]:
+    """``key=value (the run's: value)`` for each setting of ``s`` that differs from ``run``."""
+    out = []
+    for group in ("prompt", "action"):
+        ran, now = getattr(run, group), getattr(s, group)
+        for key in sorted(set(ran) | set(now)):
+            if key in now and ran.get(key) != now[key]:
+                out.append(f"{group}.{key}={now[key]!r} (the run's: {ran.get(key)!r})")
+    for key in scalars:
+        if getattr(run, key) != getattr(s, key):
+            out.append(f"{key}={getattr(s, key)!r} (the run's: {getattr(run, key)!r})")
+    return out
+
+
+def resolve_model_settings(
+    agent_cfg: Mapping[str, Any],
+    agent: str = "model",
+    run_scalars: Sequence[str] = _RUN_SCALARS,
+) -> ModelSettings:
+    """Settings for ``agent=model`` (see the module docstring for the precedence), and for
+    ``agent=endpoint`` with ``agent.path`` (``agent`` names it in messages; ``run_scalars`` are
+    the settings it compares with the run's, besides the prompt and action keys)."""
     raw = agent_cfg.get("path")
     if not raw:
         raise ValueError(
-            "agent=model needs agent.path (a training run folder, a model folder, tiny or smollm2-135m)"
+            f"agent={agent} needs agent.path (a training run folder, a model folder, tiny or smollm2-135m)"
         )
     path = Path(str(raw)).expanduser()
     run = _run_dir(path) if path.exists() else None
@@ -181,6 +225,11 @@ def resolve_model_settings(agent_cfg: Mapping[str, Any]) -> ModelSettings:
             tiny=asdict(cfg.model.tiny) if name == "tiny" and cfg.model.tiny else None,
             backend_options=rollout,
         )
+    trained = None
+    if run is not None:
+        trained = ModelSettings(
+            **{**s.__dict__, "prompt": dict(s.prompt), "action": dict(s.action)}
+        )
     if agent_cfg.get("backend"):
         s.backend = str(agent_cfg["backend"])
     if s.backend not in ("hf", "vllm"):
@@ -208,7 +257,14 @@ def resolve_model_settings(agent_cfg: Mapping[str, Any]) -> ModelSettings:
         s.action_format = format_hook(s.credit)[0]
     except KeyError as exc:  # an unknown credit module (or a format no trainer module registers)
         raise ValueError(f"agent.credit={s.credit!r}: {exc.args[0]}") from None
+    if trained is not None:
+        s.mismatches = _differences(trained, s, run_scalars)
     return s
+
+
+def _seed(cfg: Any) -> int:
+    """The evaluation's ``seed`` (0 without a config)."""
+    return int(cfg.seed) if cfg is not None and "seed" in cfg else 0
 
 
 class ModelAgent:
@@ -217,13 +273,28 @@ class ModelAgent:
 
     name = "model"
 
-    def __init__(self, settings: ModelSettings, seed: int = 0):
-        self.settings, self.seed = settings, int(seed)
+    def __init__(
+        self,
+        settings: ModelSettings,
+        seed: int = 0,
+        *,
+        backend: Backend | None = None,
+        name: str = "model",
+    ):
+        """``backend``: generate with it (e.g. a served model's
+        :class:`~agentrl.backends.remote.CompletionsBackend`) instead of loading the model; only
+        the tokenizer is loaded then. ``name`` names the agent in messages."""
+        self.settings, self.seed, self.name = settings, int(seed), name
         self.config = settings.runner_config()  # checked before the model loads
         device = settings.device
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        if settings.backend == "hf":
+        if backend is not None:  # generation is elsewhere: only the tokenizer is needed here
+            path = resolve_model_path(settings.model, settings.tiny)
+            model, tok = None, AutoTokenizer.from_pretrained(path)
+            if tok.pad_token_id is None:
+                tok.pad_token = tok.eos_token
+        elif settings.backend == "hf":
             model, tok, path = load_model(
                 settings.model, tiny=settings.tiny, dtype=settings.dtype, device=device
             )
@@ -234,9 +305,14 @@ class ModelAgent:
             if tok.pad_token_id is None:
                 tok.pad_token = tok.eos_token
         self.model_path, self.tokenizer = path, tok
-        self.backend = make_backend(
-            settings.backend_options, model, tok, model_path=path, seed=self.seed
-        )
+        if backend is None:
+            backend = make_backend(
+                settings.backend_options, model, tok, model_path=path, seed=self.seed
+            )
+        self.backend = backend
+        line = settings.mismatch_line(name)
+        if line:
+            log.warning(line)
 
     @classmethod
     def from_config(cls, agent_cfg: Any, cfg: Any = None) -> ModelAgent:
@@ -245,8 +321,7 @@ class ModelAgent:
             if not isinstance(agent_cfg, dict)
             else dict(agent_cfg)
         )
-        seed = int(cfg.seed) if cfg is not None and "seed" in cfg else 0
-        return cls(resolve_model_settings(c), seed=seed)
+        return cls(resolve_model_settings(c), seed=_seed(cfg))
 
     def runner(self, pool: EnvPool, max_steps: int) -> EpisodeRunner:
         """The episode runner on ``pool``: built as training builds its own (same builder)."""
@@ -268,7 +343,9 @@ class ModelAgent:
         """Play every task once, ``num_envs`` at a time; records in task order. ``pool_options``
         go to :func:`agentrl.pool.make_pool` (``backend="ray"`` and its actor settings)."""
         if max_steps is None or max_steps < 1:
-            raise ValueError(f"agent=model needs a step cap (max_steps >= 1), got {max_steps}")
+            raise ValueError(
+                f"agent={self.name} needs a step cap (max_steps >= 1), got {max_steps}"
+            )
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         tasks = list(tasks)
@@ -283,17 +360,17 @@ class ModelAgent:
             **dict(pool_options or {}),
         )
         runner = self.runner(pool, int(max_steps))
-        bar, bar_task = _progress(len(tasks), progress, f"model on {env}")
-        records: list[EpisodeRecord] = []
+        bar, bar_task = _progress(len(tasks), progress, f"{self.name} on {env}")
+        records: dict[int, EpisodeRecord] = {}  # by task index, as each episode ends
 
-        def record(chunk: list) -> None:
-            records.extend(record_from_rollout(ep, env) for ep in chunk)
+        def record(k: int, ep: Any) -> None:
+            records[k] = record_from_rollout(ep, env)
             if bar is not None:
-                bar.update(
-                    bar_task,
-                    advance=len(chunk),
-                    status=f"success {sum(r.won for r in records)}/{len(records)}",
-                )
+                wins = sum(r.won for r in records.values())
+                bar.update(bar_task, advance=1, status=f"success {wins}/{len(records)}")
+
+        def played() -> list[EpisodeRecord]:
+            return [records[k] for k in sorted(records)]
 
         try:
             if bar is not None:
@@ -302,17 +379,17 @@ class ModelAgent:
                 eval_resets(tasks),
                 temperature=s.temperature,
                 seed=eval_seed(self.seed),
-                on_chunk=record,
+                on_episode=record,
             )
         except Exception as exc:
             raise EvaluationError(
-                f"model agent failed on {env}: {type(exc).__name__}: {exc}", records
+                f"{self.name} agent failed on {env}: {type(exc).__name__}: {exc}", played()
             ) from exc
         finally:
             if bar is not None:
                 bar.stop()
             pool.close()  # the backend is the agent's: close() releases it
-        return records
+        return played()
 
     def close(self) -> None:
         self.backend.close()

@@ -198,9 +198,11 @@ def run_episodes(
     traj_offset: int = 0,
     stats: RolloutStats | None = None,
     step_sync: Callable[[int], tuple[int, bool]] | None = None,
+    on_episode: Callable[[int, EpisodeResult], None] | None = None,
 ) -> list[EpisodeResult]:
     """Play ``len(resets)`` episodes on envs ``0..len(resets)-1`` of ``pool``, all at once, with
-    :class:`ModelPolicy`; ``step_sync`` is :func:`~agentrl.episodes.play_episodes`'s."""
+    :class:`ModelPolicy`; ``step_sync`` is :func:`~agentrl.episodes.play_episodes`'s;
+    ``on_episode(k, result)`` sees episode ``k`` (its index in ``resets``) as soon as it ends."""
     stats = stats if stats is not None else RolloutStats()
     policy = ModelPolicy(backend, builder, fmt, sampling, constrained=constrained, stats=stats)
     return play_episodes(
@@ -211,4 +213,7 @@ def run_episodes(
         traj_offset=traj_offset,
         step_sync=step_sync,
         stats=stats,
+        on_finish=None
+        if on_episode is None
+        else (lambda ep: on_episode(ep.result.traj - traj_offset, ep.result)),
     )

@@ -96,12 +96,15 @@ class EpisodeRunner:
         on_chunk: Callable[[list[EpisodeResult]], None] | None = None,
         step_sync: Callable[[int], tuple[int, bool]] | None = None,
         seed_start: int = 0,
+        on_episode: Callable[[int, EpisodeResult], None] | None = None,
     ) -> list[EpisodeResult]:
         """One episode per reset spec, in order, ``len(pool)`` at a time. The chunk starting at
         index ``start`` samples with ``chunk_seed(seed, seed_start + start)`` and numbers its
         trajectories from ``traj_offset + start``; ``on_chunk`` sees each chunk's episodes as soon
-        as they end; ``step_sync`` is :func:`~agentrl.rollout.loop.run_episodes`'s (data-parallel
-        runs: a rank with no resets still plays one empty chunk, answering every step)."""
+        as they end, ``on_episode(index, result)`` each episode as it ends (``index`` in
+        ``resets``: an evaluation stopped by an error keeps what had finished); ``step_sync`` is
+        :func:`~agentrl.rollout.loop.run_episodes`'s (data-parallel runs: a rank with no resets
+        still plays one empty chunk, answering every step)."""
         size = len(self.pool)
         episodes: list[EpisodeResult] = []
         n = len(resets) if resets or step_sync is None else 1  # the empty chunk of a lockstep
@@ -118,6 +121,9 @@ class EpisodeRunner:
                 traj_offset=traj_offset + start,
                 stats=stats,
                 step_sync=step_sync,
+                on_episode=None
+                if on_episode is None
+                else (lambda k, ep, start=start: on_episode(start + k, ep)),
             )
             episodes += chunk
             if on_chunk is not None:

@@ -223,11 +223,20 @@ def test_runner_plays_chunks_of_the_pool_size_with_per_chunk_seeds(tiny, sokoban
     settings = RunnerSettings(max_steps=3, max_new_tokens=6, constrained=True)
     runner = EpisodeRunner(sokoban_pool, backend, _builder(tok), ActionFormat(), tok, settings)
     resets = [ResetSpec(g, seed=20 + g) for g in range(10)]  # a pool of 8: chunks at 0 and 8
-    chunks, stats = [], RolloutStats()
+    chunks, stats, ended = [], RolloutStats(), []
     eps = runner.play(
-        resets, temperature=1.0, seed=11, traj_offset=100, stats=stats, on_chunk=chunks.append
+        resets,
+        temperature=1.0,
+        seed=11,
+        traj_offset=100,
+        stats=stats,
+        on_chunk=chunks.append,
+        on_episode=lambda k, ep: ended.append((k, ep)),
     )
     assert [len(c) for c in chunks] == [8, 2] and [e for c in chunks for e in c] == eps
+    # each episode as it ended, with its index in the resets (chunk 2 after chunk 1)
+    assert sorted(k for k, _ in ended) == list(range(10)) and all(eps[k] is e for k, e in ended)
+    assert {k for k, _ in ended[:8]} == set(range(8))
     assert [e.traj for e in eps] == list(range(100, 110))
     assert [e.sampling_seed for e in eps] == [chunk_seed(11, 0)] * 8 + [chunk_seed(11, 8)] * 2
     assert stats.engine_calls == len(backend.calls) > 0
