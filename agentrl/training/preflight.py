@@ -17,7 +17,8 @@ from .. import credit, envs
 from ..config import ConfigError, TrainConfig
 from ..credit import token_shapers
 from ..credit.synthetic import random_batch
-from ..methods import trainer_hooks
+from ..envs.tools import tools_problem
+from ..methods import format_hook, trainer_hooks
 from .checkpoint import CheckpointError, find_checkpoint
 from .iteration import credit_options
 
@@ -47,8 +48,12 @@ def _credit(cfg: TrainConfig) -> list[str]:
             for k in exc.unknown
         ]
     try:
+        format_hook(name, cfg.rollout.action_format)
+    except ValueError as exc:
+        return [f"rollout.action_format: {exc}"]
+    try:
         wanted = credit.needs(name, **cfg.credit.options)
-        hooks = trainer_hooks(name, wanted, cfg.credit.token)
+        hooks = trainer_hooks(name, wanted, cfg.credit.token, cfg.rollout.action_format)
     except Exception as exc:  # noqa: BLE001 - a malformed option (e.g. compose terms) ends here
         return [f"credit.options: {exc}"]
     supplied = hooks.supplies
@@ -92,9 +97,16 @@ def _env(cfg: TrainConfig) -> list[str]:
     problems = []
     try:
         try:
-            env.reset(seed=0)
+            _obs, info = env.reset(seed=0)
         except Exception as exc:  # noqa: BLE001 - kwargs some envs only check on reset
             return [_env_error(e.id, dict(e.kwargs), exc)]
+        if cfg.rollout.action_format == "tool_call":
+            problem = tools_problem(info.get("tools"), info.get("tool_actions"))
+            if problem:
+                problems.append(
+                    f"rollout.action_format=tool_call: env {e.id} has no usable tool "
+                    f"declaration in its reset info ({problem}; see docs/envs/contract.md)"
+                )
         for key, split in (("env.eval_split", e.eval_split), ("env.train_tasks", e.train_tasks)):
             if split is None or (key == "env.train_tasks" and split == "seeds"):
                 continue
