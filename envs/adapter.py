@@ -14,8 +14,8 @@ import numpy as np
 
 from .base import TextEnv, make_info
 from .commands import command_lower
+from .tools import fresh, tool_info
 from .tools import tool as tool_fn
-from .tools import tool_info
 
 
 class DiscreteTextEnv(TextEnv):
@@ -88,7 +88,7 @@ class DiscreteTextEnv(TextEnv):
             seed = int(self.np_random.integers(2**31 - 1))
         self._obs, _ = self.inner.reset(seed=seed, options=options or None)
         self._task_id, self._won, self._steps = str(seed), False, 0
-        return self.current_observation(), {**self._info(True), **self.tools}
+        return self.current_observation(), {**self._info(True), **fresh(self.tools)}
 
     def step(self, action: str):
         self._steps += 1

@@ -20,6 +20,7 @@ an ``enum``. This module imports nothing from agentrl.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import string
@@ -32,6 +33,7 @@ __all__ = [
     "action_to_call",
     "call_problem",
     "call_to_action",
+    "fresh",
     "tool",
     "tool_info",
     "tools_problem",
@@ -85,6 +87,12 @@ def tool_info(
     if actions:
         out[TOOL_ACTIONS_KEY] = dict(actions)
     return out
+
+
+def fresh(declaration: Mapping[str, Any]) -> dict[str, Any]:
+    """A new copy of a declaration (:func:`tool_info`'s) for one reset info: Gymnasium asks that
+    infos share no object, since callers may keep or change them."""
+    return copy.deepcopy(dict(declaration))
 
 
 def _function(t: Any) -> Mapping[str, Any] | None:

@@ -57,6 +57,7 @@ _PROMPT_KEYS = (
     "response_hint",
     "system_role",
     "max_prompt_tokens",
+    "context",
 )
 _ACTION_KEYS = ("pattern", "template", "think", "require_think", "max_action_chars")
 
@@ -81,6 +82,8 @@ class ModelSettings:
     backend_options: dict[str, Any] = field(default_factory=dict)
     credit: str = "gigpo"  # the credit module the model was trained with (its action format)
     action_format: str = "default"  # the format that module asks for (resolved, for the record)
+    rollout_format: str = "tag"  # rollout.action_format the model was trained with (tag, tool_call)
+    tool_syntax: str = "auto"  # rollout.tool_syntax
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()}
@@ -96,6 +99,8 @@ class ModelSettings:
             "constrained": self.constrained,
             "top_p": self.top_p,
             "top_k": self.top_k,
+            "action_format": self.rollout_format,
+            "tool_syntax": self.tool_syntax,
         }
         try:
             return load_config({"credit": {"name": self.credit}, "rollout": rollout})
@@ -156,8 +161,14 @@ def resolve_model_settings(agent_cfg: Mapping[str, Any]) -> ModelSettings:
             max_new_tokens=int(rollout.get("max_new_tokens", 64)),
             constrained=bool(rollout.get("constrained", False)),
             dtype=str(model.get("dtype", "float32")),
-            backend_options={k: v for k, v in rollout.items() if k not in ("prompt", "action")},
+            backend_options={
+                k: v
+                for k, v in rollout.items()
+                if k not in ("prompt", "action", "action_format", "tool_syntax")
+            },
             credit=credit_name,
+            rollout_format=str(rollout.get("action_format", "tag")),
+            tool_syntax=str(rollout.get("tool_syntax", "auto")),
         )
     else:
         name = str(raw)
@@ -170,6 +181,8 @@ def resolve_model_settings(agent_cfg: Mapping[str, Any]) -> ModelSettings:
             )
         cfg = _preset_config(preset, name)
         rollout = asdict(cfg.rollout)
+        rollout.pop("action_format", None)
+        rollout.pop("tool_syntax", None)
         s = ModelSettings(
             model=name,
             source=preset,
@@ -192,6 +205,9 @@ def resolve_model_settings(agent_cfg: Mapping[str, Any]) -> ModelSettings:
     }
     s.prompt.update(dict(agent_cfg.get("prompt") or {}))
     s.action.update(dict(agent_cfg.get("action") or {}))
+    for key, attr in (("action_format", "rollout_format"), ("tool_syntax", "tool_syntax")):
+        if agent_cfg.get(key) is not None:
+            setattr(s, attr, str(agent_cfg[key]))
     for key in (
         "max_new_tokens",
         "constrained",
@@ -205,7 +221,9 @@ def resolve_model_settings(agent_cfg: Mapping[str, Any]) -> ModelSettings:
         if agent_cfg.get(key) is not None:
             setattr(s, key, type(getattr(s, key))(agent_cfg[key]))
     try:
-        s.action_format = format_hook(s.credit)[0]
+        s.action_format = format_hook(s.credit, s.rollout_format)[0]
+    except ValueError as exc:
+        raise ValueError(f"agent.action_format={s.rollout_format!r}: {exc}") from None
     except KeyError as exc:  # an unknown credit module (or a format no trainer module registers)
         raise ValueError(f"agent.credit={s.credit!r}: {exc.args[0]}") from None
     return s

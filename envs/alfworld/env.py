@@ -7,7 +7,7 @@ from typing import Any
 
 from ..base import TextEnv, make_info
 from ..commands import command_lower
-from ..tools import tool, tool_info
+from ..tools import fresh, tool, tool_info
 from .data import GameRef, GeneratedGames, OfficialGames, read_traj
 from .engine import Engine, read_game
 from .oracle import next_command
@@ -255,7 +255,7 @@ class ALFWorldEnv(TextEnv):
         i = intro.find(_TASK_MARK)
         self._instruction = intro[i + len(_TASK_MARK) :].strip() if i >= 0 else ""
         self._milestones = milestones(self._task, self._statics, self._state, bool(self._gs["won"]))
-        return self._obs, {**self._info(True), **TOOLS}
+        return self._obs, {**self._info(True), **fresh(TOOLS)}
 
     def step(self, action: str):
         if self._gs is None:

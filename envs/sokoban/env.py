@@ -9,7 +9,7 @@ import numpy as np
 
 from ..base import TextEnv, make_info
 from ..commands import ascii_lower
-from ..tools import tool, tool_info
+from ..tools import fresh, tool, tool_info
 from .generate import GeneratedRoom, generate_room
 from .room import ACTIONS, Layout, State, move, parse, render
 from .solver import Solver
@@ -95,7 +95,7 @@ class SokobanEnv(TextEnv):
         options = options or {}
         if "room" in options:  # a hand-written room in the reference symbols
             self._start(self._custom_room(options["room"]), "custom")
-            return self.current_observation(), {**self._info(action_valid=True), **TOOLS}
+            return self.current_observation(), {**self._info(action_valid=True), **fresh(TOOLS)}
         if "task_id" in options:
             try:
                 room_seed = int(options["task_id"])
@@ -116,7 +116,7 @@ class SokobanEnv(TextEnv):
             self.open_room,
         )
         self._start(room, str(room_seed))
-        return self.current_observation(), {**self._info(action_valid=True), **TOOLS}
+        return self.current_observation(), {**self._info(action_valid=True), **fresh(TOOLS)}
 
     def _custom_room(self, text: str) -> GeneratedRoom:
         layout, state = parse(text)

@@ -14,7 +14,7 @@ from typing import Any
 from ..base import TextEnv, make_info
 from ..cache import cache_root
 from ..commands import command_lower
-from ..tools import tool, tool_info
+from ..tools import fresh, tool, tool_info
 from .games import MakeSettings, expand_game_files, make_game_file
 from .probe import probe_game
 from .storyfile import check_story_file
@@ -262,7 +262,7 @@ class TextWorldEnv(TextEnv):
             self._gs = self._env.reset()
         self._steps = 0
         self._obs = clean_feedback(self._gs.feedback)
-        return self._obs, {**self._info(True), **TOOLS}
+        return self._obs, {**self._info(True), **fresh(TOOLS)}
 
     def _start(self, path: Path) -> None:
         import textworld

@@ -11,7 +11,7 @@ from rapidfuzz import fuzz, utils
 
 from ..base import TextEnv, make_info
 from ..commands import ascii_lower, command_lower
-from ..tools import tool, tool_info
+from ..tools import fresh, tool, tool_info
 from .pages import BACK_TO_SEARCH, BUY_NOW, NEXT_PAGE, PREV_PAGE, SEARCH_TEMPLATE, Page, render
 from .reward import (
     FUZZY_THRESHOLD,
@@ -182,7 +182,7 @@ class WebShopEnv(TextEnv):
         self._reward = None
         self._visited = set()
         self._show(Page())
-        return self._text, {**self._info(True), **TOOLS}
+        return self._text, {**self._info(True), **fresh(TOOLS)}
 
     # -- stepping --------------------------------------------------------------------------------
     def step(self, action: str):
