@@ -182,6 +182,8 @@ def call_problem(tools: Sequence[Mapping[str, Any]], name: Any, arguments: Any) 
         kinds = _TYPES[schema["type"]]
         if not isinstance(value, kinds) or (schema["type"] != "boolean" and type(value) is bool):
             return f"{name}: argument {p} must be a {schema['type']}, got {json.dumps(value)[:40]}"
+        if isinstance(value, str) and not value.strip():
+            return f"{name}: argument {p} is empty"
         if "enum" in schema and value not in schema["enum"]:
             options = ", ".join(json.dumps(v) for v in schema["enum"])
             return f"{name}: argument {p} must be one of {options}, got {json.dumps(value)[:40]}"

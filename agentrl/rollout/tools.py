@@ -86,7 +86,7 @@ def _json(body: str, finish_reason: str) -> tuple[Any, int] | str:
     try:
         return json.JSONDecoder().raw_decode(body)
     except json.JSONDecodeError as exc:
-        if finish_reason != "stop" and exc.pos >= len(body.rstrip()):
+        if finish_reason != "stop":  # the response ran into the token cap
             return "the tool call was cut at the token limit"
         return f"bad JSON in the tool call: {exc.msg} at character {exc.pos}"
     except RecursionError:
