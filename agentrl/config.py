@@ -363,6 +363,11 @@ class PromptSettings:
     max_prompt_tokens: int = opt(
         "${model.max_prompt_tokens}", "prompt token cap (oldest history dropped first)", num(1)
     )
+    context: str = opt(
+        "render",
+        "multi-turn context: render the history each step, or tokens (step t extends step t-1's exact prompt and response ids; the whole dialogue)",
+        one_of("render", "tokens"),
+    )
 
 
 @dataclass
@@ -427,6 +432,16 @@ class RolloutConfig:
     prompt: PromptSettings = opt(help="how each step's prompt is built", factory=PromptSettings)
     action: ActionSettings = opt(
         help="how the action is parsed from a response", factory=ActionSettings
+    )
+    action_format: str = opt(
+        "tag",
+        "how actions are written: tag (<action>...</action>, rollout.action) or tool_call (a call of the env's tools in the chat template's syntax)",
+        one_of("tag", "tool_call"),
+    )
+    tool_syntax: str = opt(
+        "auto",
+        'tool_call: hermes (<tool_call>{...}</tool_call>), llama3_json ({"name", "parameters"}) or auto (from the chat template)',
+        one_of("auto", "hermes", "llama3_json"),
     )
     # vLLM engine (rollout=vllm; see docs/vllm.md)
     dtype: str = opt("auto", "vllm: engine dtype (auto: the checkpoint's)")

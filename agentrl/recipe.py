@@ -119,7 +119,7 @@ def build(cfg: TrainConfig) -> Parts:
             raise ConfigError(f"invalid config: {exc}") from None
     options = credit_options(cfg)
     hooks = trainer_hooks(cfg.credit.name, credit.needs(cfg.credit.name, **options),
-                          cfg.credit.token)  # fmt: skip
+                          cfg.credit.token, r.action_format)  # fmt: skip
     engine_model = None
     kw = dict(temperature=r.temperature, **hooks.learner_options(),  # critic heads, reference
               lr_schedule=LRSchedule(t.lr_schedule, t.lr_warmup, t.iterations, t.lr_min_ratio))  # fmt: skip

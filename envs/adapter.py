@@ -14,6 +14,8 @@ import numpy as np
 
 from .base import TextEnv, make_info
 from .commands import command_lower
+from .tools import fresh, tool_info
+from .tools import tool as tool_fn
 
 
 class DiscreteTextEnv(TextEnv):
@@ -31,6 +33,8 @@ class DiscreteTextEnv(TextEnv):
         expert: optional ``(inner_env, obs) -> action index`` policy for ``expert_action``.
         max_steps: step cap (the episode is truncated after it).
         invalid_penalty: reward of an invalid action (state unchanged, inner env not stepped).
+        tool: ``(name, argument, description)`` of the one tool that takes an action name (the
+            tool-call action format; reset info): default ``act(action)``.
     """
 
     def __init__(
@@ -46,6 +50,7 @@ class DiscreteTextEnv(TextEnv):
         max_steps: int = 100,
         invalid_penalty: float = 0.0,
         render_mode: str | None = None,
+        tool: tuple[str, str, str] = ("act", "action", "Take one action."),
     ):
         super().__init__(render_mode)
         if not isinstance(env.action_space, gym.spaces.Discrete):
@@ -68,6 +73,11 @@ class DiscreteTextEnv(TextEnv):
         self._won = False
         self._steps = 0
         self._task_id = ""
+        name, argument, description = tool
+        schema = {"type": "string", "enum": list(self.action_names)}
+        self.tools = tool_info(
+            [tool_fn(name, description, **{argument: schema})], {name: "{" + argument + "}"}
+        )
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
@@ -78,7 +88,7 @@ class DiscreteTextEnv(TextEnv):
             seed = int(self.np_random.integers(2**31 - 1))
         self._obs, _ = self.inner.reset(seed=seed, options=options or None)
         self._task_id, self._won, self._steps = str(seed), False, 0
-        return self.current_observation(), self._info(True)
+        return self.current_observation(), {**self._info(True), **fresh(self.tools)}
 
     def step(self, action: str):
         self._steps += 1
@@ -192,5 +202,6 @@ def make_frozen_lake(
         category=f"frozenlake-{map_name}{'-slippery' if is_slippery else ''}",
         expert=_frozen_lake_expert,
         max_steps=max_steps,
+        tool=("move", "direction", "Move one cell."),
         **kwargs,
     )

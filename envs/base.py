@@ -15,7 +15,7 @@ from typing import Any, ClassVar, NotRequired, TypedDict
 import gymnasium as gym
 from gymnasium.spaces import Text
 
-__all__ = ["INFO_KEYS", "EnvInfo", "FreeText", "TextEnv", "make_info"]
+__all__ = ["INFO_KEYS", "OPTIONAL_INFO_KEYS", "EnvInfo", "FreeText", "TextEnv", "make_info"]
 
 #: Characters ``FreeText.sample`` draws from (membership accepts any string).
 _SAMPLE_CHARSET = string.ascii_letters + string.digits + string.punctuation + " "
@@ -54,6 +54,9 @@ class EnvInfo(TypedDict):
     - ``score``: the environment's partial score in ``[0, 1]``.
     - ``milestones``: names of the sub-goals reached so far, in the order reached.
     - ``error`` (optional): set by the env pool when a worker died and the episode was cut.
+    - ``tools`` (optional, reset info): the env's commands as OpenAI function tools, for the
+      tool-call action format; ``tool_actions`` (optional) maps a tool to the command template a
+      call becomes (see :mod:`agentrl.envs.tools`).
     """
 
     instruction: str
@@ -66,6 +69,8 @@ class EnvInfo(TypedDict):
     score: float
     milestones: tuple[str, ...]
     error: NotRequired[str]
+    tools: NotRequired[list[dict[str, Any]]]
+    tool_actions: NotRequired[dict[str, str]]
 
 
 INFO_KEYS: tuple[str, ...] = (
@@ -79,6 +84,10 @@ INFO_KEYS: tuple[str, ...] = (
     "score",
     "milestones",
 )
+
+#: Info keys an env may set (not required): the pool's ``error``, and on reset the tool
+#: declaration of the tool-call action format (``tools``, ``tool_actions``; :mod:`.tools`).
+OPTIONAL_INFO_KEYS: tuple[str, ...] = ("error", "tools", "tool_actions")
 
 
 def make_info(

@@ -18,6 +18,10 @@ The rules (``RULES``):
 - ``invalid``: junk actions never raise, are marked ``action_valid=False`` and leave the state
   unchanged;
 - ``admissible``: ``admissible_actions`` (where listed) are accepted when taken;
+- ``tools``: where the reset info declares tools (``info["tools"]``, the tool-call action
+  format; :mod:`.tools`), the declaration is valid, every admissible action seen is written by
+  a call of a declared tool (and that call maps back to the same action) along the path of the
+  expert's actions sent as calls; skipped where none is declared;
 - ``expert``: ``expert_action()`` leaves the env unchanged and following it wins every checked
   task within the step limit (the evaluation's expert agent and its upper bound);
 - ``budget``: every admissible action seen fits the model's response budget, given a
@@ -40,6 +44,7 @@ import gymnasium as gym
 from gymnasium.utils.env_checker import check_env
 
 from .base import INFO_KEYS, make_info
+from .tools import TOOL_ACTIONS_KEY, TOOLS_KEY, action_to_call, call_to_action, tools_problem
 
 __all__ = [
     "JUNK_ACTIONS",
@@ -58,6 +63,7 @@ RULES = (
     "state_key",
     "invalid",
     "admissible",
+    "tools",
     "expert",
     "budget",
 )
@@ -256,6 +262,41 @@ class _Checker:
             return "the env lists no admissible actions (open action space)"
         return f"{taken} admissible actions accepted"
 
+    def tools(self) -> str | None:
+        """``None``: skipped (the env declares no tools)."""
+        checked, declared = 0, False
+        for seed in self.seeds:
+            env = self.fresh()
+            _obs, info = self.reset(env, seed=seed)
+            tools, actions = info.get(TOOLS_KEY), info.get(TOOL_ACTIONS_KEY)
+            if tools is None and actions is None:
+                continue
+            declared = True
+            problem = tools_problem(tools, actions)
+            if problem:
+                raise _Broken(f"reset(seed={seed}): {problem}")
+            for t in range(self.max_steps):
+                for a in info["admissible_actions"] or ():
+                    call = action_to_call(a, tools, actions)
+                    if call is None:
+                        raise _Broken(
+                            f"seed {seed} step {t}: no declared tool writes the admissible "
+                            f"action {a[:60]!r} (add a tool or a tool_actions template)"
+                        )
+                    if call_to_action(*call, actions) != a:
+                        raise _Broken(f"seed {seed} step {t}: {a[:60]!r} does not round-trip")
+                    checked += 1
+                action = _some_action(env, info)
+                call = action_to_call(action, tools, actions)
+                if call is None:
+                    break  # not an action a call can write (e.g. junk where there is no expert)
+                _o, _r, term, trunc, info = self.step(env, call_to_action(*call, actions), "tools")
+                if term or trunc:
+                    break
+        if not declared:
+            return None
+        return f"the tool declaration is valid; {checked} admissible actions are written by calls"
+
     def expert(self) -> str:
         for seed in self.seeds:
             twin = self.fresh()
@@ -402,12 +443,14 @@ def check_contract(
     for rule in order:
         try:
             detail = getattr(checker, rule)()
+            skipped = {
+                "budget": "skipped: needs a model (--model) and actions to measure",
+                "tools": "skipped: the env declares no tools (info['tools'])",
+            }
             result = (
                 RuleResult(rule, True, detail)
                 if detail is not None
-                else RuleResult(
-                    rule, None, "skipped: needs a model (--model) and actions to measure"
-                )
+                else RuleResult(rule, None, skipped[rule])
             )
         except _Broken as exc:
             result = RuleResult(rule, False, str(exc))

@@ -67,6 +67,7 @@ _PROMPT_KEYS = (
     "response_hint",
     "system_role",
     "max_prompt_tokens",
+    "context",
 )
 _ACTION_KEYS = ("pattern", "template", "think", "require_think", "max_action_chars")
 
@@ -91,6 +92,8 @@ class ModelSettings:
     backend_options: dict[str, Any] = field(default_factory=dict)
     credit: str = "gigpo"  # the credit module the model was trained with (its action format)
     action_format: str = "default"  # the format that module asks for (resolved, for the record)
+    rollout_format: str = "tag"  # rollout.action_format the model was trained with (tag, tool_call)
+    tool_syntax: str = "auto"  # rollout.tool_syntax
     mismatches: list[str] = field(default_factory=list)  # hand settings that differ from the run's
 
     def mismatch_line(self, agent: str = "model") -> str | None:
@@ -116,6 +119,8 @@ class ModelSettings:
             "constrained": self.constrained,
             "top_p": self.top_p,
             "top_k": self.top_k,
+            "action_format": self.rollout_format,
+            "tool_syntax": self.tool_syntax,
         }
         try:
             return load_config({"credit": {"name": self.credit}, "rollout": rollout})
@@ -200,8 +205,14 @@ def resolve_model_settings(
             max_new_tokens=int(rollout.get("max_new_tokens", 64)),
             constrained=bool(rollout.get("constrained", False)),
             dtype=str(model.get("dtype", "float32")),
-            backend_options={k: v for k, v in rollout.items() if k not in ("prompt", "action")},
+            backend_options={
+                k: v
+                for k, v in rollout.items()
+                if k not in ("prompt", "action", "action_format", "tool_syntax")
+            },
             credit=credit_name,
+            rollout_format=str(rollout.get("action_format", "tag")),
+            tool_syntax=str(rollout.get("tool_syntax", "auto")),
         )
     else:
         name = str(raw)
@@ -214,6 +225,8 @@ def resolve_model_settings(
             )
         cfg = _preset_config(preset, name)
         rollout = asdict(cfg.rollout)
+        rollout.pop("action_format", None)
+        rollout.pop("tool_syntax", None)
         s = ModelSettings(
             model=name,
             source=preset,
@@ -241,6 +254,9 @@ def resolve_model_settings(
     }
     s.prompt.update(dict(agent_cfg.get("prompt") or {}))
     s.action.update(dict(agent_cfg.get("action") or {}))
+    for key, attr in (("action_format", "rollout_format"), ("tool_syntax", "tool_syntax")):
+        if agent_cfg.get(key) is not None:
+            setattr(s, attr, str(agent_cfg[key]))
     for key in (
         "max_new_tokens",
         "constrained",
@@ -254,7 +270,9 @@ def resolve_model_settings(
         if agent_cfg.get(key) is not None:
             setattr(s, key, type(getattr(s, key))(agent_cfg[key]))
     try:
-        s.action_format = format_hook(s.credit)[0]
+        s.action_format = format_hook(s.credit, s.rollout_format)[0]
+    except ValueError as exc:
+        raise ValueError(f"agent.action_format={s.rollout_format!r}: {exc}") from None
     except KeyError as exc:  # an unknown credit module (or a format no trainer module registers)
         raise ValueError(f"agent.credit={s.credit!r}: {exc.args[0]}") from None
     if trained is not None:

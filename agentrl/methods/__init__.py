@@ -24,7 +24,7 @@ from .registry import (
     register_steps,
     trainer_hooks,
 )
-from .runner import build_runner
+from .runner import action_format, build_runner
 
 __all__ = [
     "BASE_INPUTS",
@@ -32,6 +32,7 @@ __all__ = [
     "FormatHook",
     "StepHooks",
     "TrainerHooks",
+    "action_format",
     "build_runner",
     "format_hook",
     "formats",

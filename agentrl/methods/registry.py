@@ -7,8 +7,10 @@ trainer. This registry maps those names to code:
 - **action formats** (:func:`register_format`, :class:`FormatHook`): how responses are written
   and parsed (an :class:`~agentrl.rollout.ActionFormat` built from the run's ``rollout.action``
   settings), the closing hint the prompt needs, and the step-batch extras the format records.
-  ``default`` is the configured :class:`~agentrl.rollout.ActionFormat`. The hook does not assume
-  a credit module: any format (a tool-call format next) registers the same way.
+  ``default`` is the configured :class:`~agentrl.rollout.ActionFormat` (``rollout.action_format=
+  tag``) and ``tool_call`` the tool-call format (``rollout.action_format=tool_call``,
+  :class:`~agentrl.rollout.tools.ToolCallFormat`); a credit module that asks for its own format
+  (HiPER) cannot be combined with ``tool_call``.
 - **step hooks** (:func:`register_steps`, :class:`StepHooks`): a step-batch preparation after
   the rollout and before credit (e.g. critic values the module reads), and extra inputs of the
   update after credit (e.g. per-token advantages routed to spans).
@@ -28,10 +30,13 @@ from typing import Any
 from .. import credit
 from ..credit import CreditResult, StepBatch, token_shapers
 from ..rollout.parse import ActionFormat
+from ..rollout.tools import HINT as TOOL_HINT
+from ..rollout.tools import detect_syntax, tool_format
 
 __all__ = [
     "BASE_INPUTS",
     "DEFAULT_FORMAT",
+    "TOOL_FORMAT",
     "FormatHook",
     "StepHooks",
     "TrainerHooks",
@@ -47,6 +52,9 @@ __all__ = [
 #: next state's key); formats and step hooks add their own (:attr:`TrainerHooks.supplies`).
 BASE_INPUTS = frozenset({"value", "embedding", "observation", "next_state_key"})
 DEFAULT_FORMAT = "default"
+TOOL_FORMAT = "tool_call"
+#: ``rollout.action_format`` -> the registered format it selects (when no credit module asks).
+ROLLOUT_FORMATS = {"tag": DEFAULT_FORMAT, "tool_call": TOOL_FORMAT}
 
 #: ``prepare(learner, tokenizer, fmt, batch, seqs) -> (batch, prepared)``: the step batch with the
 #: columns the hooks supply, and what the update step needs of this preparation (``prepared``).
@@ -70,6 +78,9 @@ class FormatHook:
       ``rollout.prompt.response_hint``; ``None``: keep the configured one);
     - ``records``: the step-batch extras its ``step_extras`` fills per step;
     - ``example``: those extras filled with plausible values on a synthetic batch.
+
+    ``build`` also receives ``tool_syntax``: ``rollout.tool_syntax`` resolved against the
+    tokenizer's chat template (``None`` where it cannot be told; a format that needs it raises).
     """
 
     build: Callable[[Mapping[str, Any]], ActionFormat]
@@ -133,10 +144,44 @@ def _lookup(table: dict, kind: str, name: str, module: str | None) -> Any:
         ) from None
 
 
-def format_hook(credit_name: str) -> tuple[str, FormatHook]:
-    """The action format credit module ``credit_name`` asks for (else ``default``): name, hook."""
-    name = credit.asks(credit_name).action_format or DEFAULT_FORMAT
+def format_hook(credit_name: str, action_format: str = "tag") -> tuple[str, FormatHook]:
+    """The action format credit module ``credit_name`` asks for, else the one
+    ``rollout.action_format`` (``action_format``) selects: name, hook. A module's own format
+    and ``tool_call`` exclude each other (``ValueError``)."""
+    if action_format not in ROLLOUT_FORMATS:
+        raise ValueError(
+            f"rollout.action_format must be one of {', '.join(ROLLOUT_FORMATS)}, got {action_format!r}"
+        )
+    asked = credit.asks(credit_name).action_format
+    if asked and action_format != "tag":
+        raise ValueError(
+            f"credit module {credit_name!r} writes its own action format ({asked!r}); "
+            f"it cannot be combined with rollout.action_format={action_format}"
+        )
+    name = asked or ROLLOUT_FORMATS[action_format]
     return name, _lookup(_FORMATS, "action format", name, credit_name)
+
+
+def resolve_tool_syntax(setting: str, chat_template: Any) -> str | None:
+    """``rollout.tool_syntax`` for a tokenizer's chat template: as set, or told from the template
+    (``auto``; ``None`` where it cannot be told)."""
+    if setting != "auto":
+        return setting
+    try:
+        return detect_syntax(chat_template)
+    except ValueError:
+        return None
+
+
+def _build_tool_format(action: Mapping[str, Any]) -> ActionFormat:
+    syntax = action.get("tool_syntax")
+    if syntax is None:
+        detect_syntax(None)  # raises the one-line explanation
+    return tool_format(action, syntax)
+
+
+def _build_default(action: Mapping[str, Any]) -> ActionFormat:
+    return ActionFormat(**{k: v for k, v in action.items() if k != "tool_syntax"})
 
 
 @dataclass(frozen=True)
@@ -187,13 +232,17 @@ class TrainerHooks:
         return batch
 
 
-def trainer_hooks(name: str, needs: Iterable[str], token: str | None = None) -> TrainerHooks:
-    """The hooks of credit module ``name`` (reading ``needs``) with token shaper ``token``."""
+def trainer_hooks(
+    name: str, needs: Iterable[str], token: str | None = None, action_format: str = "tag"
+) -> TrainerHooks:
+    """The hooks of credit module ``name`` (reading ``needs``) with token shaper ``token``, its
+    responses in ``rollout.action_format`` ``action_format`` unless the module asks for its own."""
     asks = credit.asks(name)
-    fmt_name, fmt = format_hook(name)
+    fmt_name, fmt = format_hook(name, action_format)
     steps = None if asks.steps is None else _lookup(_STEPS, "step hooks", asks.steps, name)
     keep_ref = token is not None and "ref_logprob" in token_shapers.needs(token)
     return TrainerHooks(frozenset(needs), fmt_name, fmt, asks.value_outputs, keep_ref, steps)
 
 
-register_format(DEFAULT_FORMAT, FormatHook(build=lambda action: ActionFormat(**action)))
+register_format(DEFAULT_FORMAT, FormatHook(build=_build_default))
+register_format(TOOL_FORMAT, FormatHook(build=_build_tool_format, prompt_hint=TOOL_HINT))

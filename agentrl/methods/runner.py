@@ -14,10 +14,10 @@ from typing import Any
 from ..backends.base import Backend
 from ..config import TrainConfig
 from ..pool import EnvPool
-from ..rollout import EpisodeRunner, PromptBuilder, PromptConfig, RunnerSettings
-from .registry import format_hook
+from ..rollout import ActionFormat, EpisodeRunner, PromptBuilder, PromptConfig, RunnerSettings
+from .registry import format_hook, resolve_tool_syntax
 
-__all__ = ["build_runner"]
+__all__ = ["action_format", "build_runner"]
 
 
 def build_runner(
@@ -30,10 +30,11 @@ def build_runner(
 ) -> EpisodeRunner:
     """The runner of ``cfg``: prompts from ``rollout.prompt``, responses in the action format the
     credit module asks for (else ``rollout.action``'s; its prompt hint, if any, replaces
-    ``rollout.prompt.response_hint``), the token cap, sampling truncation and constrained decoding
+    ``rollout.prompt.response_hint``; ``rollout.action_format`` selects the tag or the tool-call
+    format, ``rollout.tool_syntax`` the call syntax), the token cap, sampling truncation and constrained decoding
     of ``rollout``, and the step cap ``env.max_steps`` (or ``max_steps``)."""
     r = cfg.rollout
-    _, hook = format_hook(cfg.credit.name)
+    _, hook = format_hook(cfg.credit.name, r.action_format)
     prompt = asdict(r.prompt)
     if hook.prompt_hint is not None:
         prompt["response_hint"] = hook.prompt_hint
@@ -41,4 +42,14 @@ def build_runner(
         max_steps or cfg.env.max_steps, r.max_new_tokens, r.top_p, r.top_k, r.constrained
     )
     builder = PromptBuilder(tokenizer, PromptConfig(**prompt))
-    return EpisodeRunner(pool, backend, builder, hook.build(asdict(r.action)), tokenizer, settings)
+    return EpisodeRunner(pool, backend, builder, action_format(cfg, tokenizer), tokenizer, settings)
+
+
+def action_format(cfg: TrainConfig, tokenizer: Any) -> ActionFormat:
+    """The action format the runner of ``cfg`` writes and parses responses in (the credit
+    module's own, else ``rollout.action_format``'s, in ``rollout.tool_syntax``)."""
+    r = cfg.rollout
+    _, hook = format_hook(cfg.credit.name, r.action_format)
+    chat_template = getattr(tokenizer, "chat_template", None)
+    action = {**asdict(r.action), "tool_syntax": resolve_tool_syntax(r.tool_syntax, chat_template)}
+    return hook.build(action)

@@ -45,10 +45,28 @@ RECIPE_VERSION = 2
 SPECIAL_TOKENS = ["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
 TAG_TOKENS = ["<action>", "</action>", "<think>", "</think>"]
 
-#: A compact chat template: one role token, the content, ``<|end|>`` (also the EOS).
+#: A compact chat template: one role token, the content, ``<|end|>`` (also the EOS). Tool-aware
+#: (the tool-call action format, Hermes syntax): with ``tools`` the system turn lists them as JSON
+#: and shows the call syntax, and a ``tool`` message is a user turn inside
+#: ``<tool_response>…</tool_response>``. Without tools it renders exactly as before.
 CHAT_TEMPLATE = (
+    "{% set ns = namespace(skip=false) %}"
+    "{% if tools %}"
+    "{{ '<|system|>' }}"
+    "{% if messages[0]['role'] == 'system' %}"
+    "{{ messages[0]['content'] + '\\n' }}{% set ns.skip = true %}"
+    "{% endif %}"
+    "{{ 'Tools:' }}{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}"
+    '{{ \'\\nCall one as <tool_call>\\n{"name": NAME, "arguments": ARGS}\\n</tool_call>\' }}'
+    "{{ '<|end|>' }}"
+    "{% endif %}"
     "{% for message in messages %}"
+    "{% if loop.first and ns.skip %}"
+    "{% elif message['role'] == 'tool' %}"
+    "{{ '<|user|><tool_response>' }}{{ message['content'] }}{{ '</tool_response><|end|>' }}"
+    "{% else %}"
     "{{ '<|' + message['role'] + '|>' }}{{ message['content'] }}{{ '<|end|>' }}"
+    "{% endif %}"
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
 )

@@ -8,11 +8,16 @@ call; the responses are parsed, and the loop steps the env pool's workers togeth
 
 Every step keeps the exact prompt ids, response ids and sampling log-probs the engine produced,
 plus (under constrained decoding) the allowed sequences, so the learner can recompute the same
-distribution. Nothing is re-tokenised.
+distribution. Nothing is re-tokenised. Under ``rollout.prompt.context=tokens`` the next step's
+prompt also extends these exact ids (:meth:`agentrl.rollout.PromptBuilder.extend`).
+
+The action format is bound to each episode (:meth:`ActionFormat.bind` with its reset info: the
+tool-call format takes the env's tools from there).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -86,6 +91,40 @@ class ModelPolicy:
         self.sampling, self.constrained = sampling, constrained
         self.stats = stats if stats is not None else RolloutStats()
         self._action_tokens = _ActionTokens(self.tokenizer, fmt, stop_id)
+        self.stop_id = stop_id
+        self._bound: dict[str, ActionFormat] = {}
+
+    def format_of(self, ep: Episode) -> ActionFormat:
+        """The action format bound to ``ep`` (its reset info); memoised by the tools declared."""
+        tools = ep.first_info.get("tools")
+        if not tools:
+            return self.fmt.bind(ep.first_info)
+        key = json.dumps([tools, ep.first_info.get("tool_actions")], sort_keys=True, default=str)
+        fmt = self._bound.get(key)
+        if fmt is None:
+            if len(self._bound) >= 256:
+                self._bound.clear()
+            fmt = self._bound[key] = self.fmt.bind(ep.first_info)
+        return fmt
+
+    def _prompt(self, ep: Episode) -> list[int]:
+        fmt = self.format_of(ep)
+        observation = ep.observation + fmt.prompt_note(ep.memory)
+        role, tools = fmt.observation_role, fmt.prompt_tools
+        if self.builder.cfg.context == "tokens" and ep.result is not None and ep.result.steps:
+            last = ep.result.steps[-1]
+            return self.builder.extend(
+                last.prompt_ids,
+                last.response_ids,
+                observation,
+                ep.admissible_actions,
+                stop_id=self.stop_id,
+                tools=tools,
+                role=role,
+            )
+        return self.builder.build(
+            ep.instruction, ep.history, observation, ep.admissible_actions, tools=tools, role=role
+        )
 
     def start(self, episodes: Sequence[Episode]) -> None:
         for ep in episodes:
@@ -99,16 +138,15 @@ class ModelPolicy:
         allowed: list[list[tuple[int, ...]] | None] = []
         for j, ep in enumerate(episodes):
             acts = ep.admissible_actions
-            if acts:
-                pairs = [
-                    (self._action_tokens(x), a)
-                    for a in acts
-                    for x in self.fmt.renders(a, ep.memory)
-                ]
+            fmt = self.format_of(ep)
+            pairs = [
+                (self._action_tokens(x), a) for a in acts or () for x in fmt.renders(a, ep.memory)
+            ]
+            if pairs:
                 action_of[j] = dict(pairs)
                 allowed.append([seq for seq, _ in pairs])
-            else:
-                allowed.append(None)  # open action space: free generation
+            else:  # open action space (or none the format can write): free generation
+                allowed.append(None)
         return allowed, action_of
 
     def _step_sampling(self, step: int, first_request: int | None, n: int) -> SamplingParams:
@@ -134,10 +172,11 @@ class ModelPolicy:
             return Move("", None, cut=f"{g.extra['truncated']} ({len(prompt)} prompt tokens)")
         text = self.tokenizer.decode(g.token_ids, skip_special_tokens=True)
         action = action_of.get(tuple(g.token_ids)) if action_of else None
+        fmt = self.format_of(ep)
         if action is not None:
             p_action, reason = action, ""
         else:
-            p = self.fmt.parse(text, g.finish_reason)
+            p = fmt.parse(text, g.finish_reason)
             p_action, reason = p.action, p.reason
         self.stats.prompt_tokens += len(prompt)
         self.stats.response_tokens += len(g.token_ids)
@@ -151,23 +190,15 @@ class ModelPolicy:
             response_ids=list(g.token_ids),
             logprobs=list(g.logprobs),
             allowed=allowed_per_position(allowed, g.token_ids) if allowed is not None else None,
-            extras=self.fmt.step_extras(text),
+            extras=fmt.step_extras(text),
         )
-        ep.memory = self.fmt.remember(ep.memory, text)
+        ep.memory = fmt.remember(ep.memory, text)
         return move
 
     def act(self, episodes: Sequence[Episode], step: int, first_request: int | None) -> list[Move]:
         t0 = time.perf_counter()
         overflow_before = self.builder.overflows
-        prompts = [
-            self.builder.build(
-                ep.instruction,
-                ep.history,
-                ep.observation + self.fmt.prompt_note(ep.memory),
-                ep.admissible_actions,
-            )
-            for ep in episodes
-        ]
+        prompts = [self._prompt(ep) for ep in episodes]
         self.stats.prompt_overflows += self.builder.overflows - overflow_before
         allowed, action_of = self._allowed(episodes)
         t1 = time.perf_counter()

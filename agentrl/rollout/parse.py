@@ -93,6 +93,19 @@ class ActionFormat:
     def render(self, action: str) -> str:
         return self.template.replace("{action}", action)
 
+    # -- hooks for formats that depend on the episode (the tool-call format's tools; none here) ---
+    #: The role of observations after the first in a multi-turn prompt.
+    observation_role = "user"
+
+    def bind(self, info: dict[str, Any]) -> ActionFormat:
+        """This format for an episode whose reset info is ``info``."""
+        return self
+
+    @property
+    def prompt_tools(self) -> list[dict[str, Any]] | None:
+        """Tools the prompt's chat template renders (``apply_chat_template(tools=...)``)."""
+        return None
+
     # -- hooks for formats that carry state across turns (HiPER's subgoal; none here) -------------
     def renders(self, action: str, memory: Any = None) -> list[str]:
         """Every response that writes ``action`` under constrained decoding, given ``memory``."""

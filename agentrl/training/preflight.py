@@ -19,8 +19,8 @@ from ..config import ConfigError, TrainConfig
 from ..credit import token_shapers
 from ..credit.synthetic import random_batch
 from ..envs import contract
-from ..methods import trainer_hooks
-from ..methods.registry import format_hook
+from ..envs.tools import tools_problem
+from ..methods import action_format, format_hook, trainer_hooks
 from ..models import resolve_model_path
 from ..pool import EnvPool, EnvSpec
 from ..rollout import action_token_counter
@@ -56,8 +56,12 @@ def _credit(cfg: TrainConfig) -> list[str]:
             for k in exc.unknown
         ]
     try:
+        format_hook(name, cfg.rollout.action_format)
+    except ValueError as exc:
+        return [f"rollout.action_format: {exc}"]
+    try:
         wanted = credit.needs(name, **cfg.credit.options)
-        hooks = trainer_hooks(name, wanted, cfg.credit.token)
+        hooks = trainer_hooks(name, wanted, cfg.credit.token, cfg.rollout.action_format)
     except Exception as exc:  # noqa: BLE001 - a malformed option (e.g. compose terms) ends here
         return [f"credit.options: {exc}"]
     supplied = hooks.supplies
@@ -162,7 +166,7 @@ def response_budget_problem(
             env.close()
     if not actions:
         return None  # an open action space: nothing to constrain
-    fmt = format_hook(cfg.credit.name)[1].build(asdict(r.action))  # the runner's action format
+    fmt = action_format(cfg, tokenizer)  # the runner's action format (tag or tool call)
     count = action_token_counter(tokenizer, fmt)
     failure = contract.budget_failure({a: count(a) for a in actions}, r.max_new_tokens, key=key)
     if failure is None:
@@ -202,9 +206,16 @@ def _env(cfg: TrainConfig) -> list[str]:
     problems = []
     try:
         try:
-            env.reset(seed=0)
+            _obs, info = env.reset(seed=0)
         except Exception as exc:  # noqa: BLE001 - kwargs some envs only check on reset
             return [_env_error(e.id, dict(e.kwargs), exc)]
+        if cfg.rollout.action_format == "tool_call":
+            problem = tools_problem(info.get("tools"), info.get("tool_actions"))
+            if problem:
+                problems.append(
+                    f"rollout.action_format=tool_call: env {e.id} has no usable tool "
+                    f"declaration in its reset info ({problem}; see docs/envs/contract.md)"
+                )
         for key, split in (("env.eval_split", e.eval_split), ("env.train_tasks", e.train_tasks)):
             if split is None or (key == "env.train_tasks" and split == "seeds"):
                 continue

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..base import TextEnv, make_info
 from ..commands import command_lower
+from ..tools import fresh, tool, tool_info
 from .data import GameRef, GeneratedGames, OfficialGames, read_traj
 from .engine import Engine, read_game
 from .oracle import next_command
@@ -40,6 +41,63 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")  # control characters, lo
 _MAX_COMMAND = 512
 NOTHING = "Nothing happens."
 EXPERTS = ("oracle", "planner")
+
+#: ALFWorld's command grammar as tools for the tool-call action format (reset info).
+TOOLS = tool_info(
+    [
+        tool("go_to", "Walk to a receptacle.", receptacle="e.g. countertop 1"),
+        tool(
+            "take",
+            "Pick an object up from a receptacle.",
+            object="e.g. apple 1",
+            receptacle="where it is",
+        ),
+        tool(
+            "move",
+            "Put the held object in or on a receptacle.",
+            object="the held object",
+            receptacle="the target",
+        ),
+        tool("open", "Open a receptacle.", receptacle="e.g. fridge 1"),
+        tool("close", "Close a receptacle.", receptacle="e.g. fridge 1"),
+        tool(
+            "heat",
+            "Heat an object with an appliance.",
+            object="the object",
+            receptacle="e.g. microwave 1",
+        ),
+        tool(
+            "cool",
+            "Cool an object with an appliance.",
+            object="the object",
+            receptacle="e.g. fridge 1",
+        ),
+        tool(
+            "clean",
+            "Clean an object in a sink.",
+            object="the object",
+            receptacle="e.g. sinkbasin 1",
+        ),
+        tool("use", "Use (switch on) an object.", object="e.g. desklamp 1"),
+        tool("examine", "Look closely at an object or receptacle.", target="what to examine"),
+        tool("look", "Describe the surroundings."),
+        tool("inventory", "List what you carry."),
+    ],
+    {
+        "go_to": "go to {receptacle}",
+        "take": "take {object} from {receptacle}",
+        "move": "move {object} to {receptacle}",
+        "open": "open {receptacle}",
+        "close": "close {receptacle}",
+        "heat": "heat {object} with {receptacle}",
+        "cool": "cool {object} with {receptacle}",
+        "clean": "clean {object} with {receptacle}",
+        "use": "use {object}",
+        "examine": "examine {target}",
+        "look": "look",
+        "inventory": "inventory",
+    },
+)
 
 
 class ALFWorldEnv(TextEnv):
@@ -197,7 +255,7 @@ class ALFWorldEnv(TextEnv):
         i = intro.find(_TASK_MARK)
         self._instruction = intro[i + len(_TASK_MARK) :].strip() if i >= 0 else ""
         self._milestones = milestones(self._task, self._statics, self._state, bool(self._gs["won"]))
-        return self._obs, self._info(True)
+        return self._obs, {**self._info(True), **fresh(TOOLS)}
 
     def step(self, action: str):
         if self._gs is None:

@@ -9,12 +9,24 @@ import numpy as np
 
 from ..base import TextEnv, make_info
 from ..commands import ascii_lower
+from ..tools import fresh, tool, tool_info
 from .generate import GeneratedRoom, generate_room
 from .room import ACTIONS, Layout, State, move, parse, render
 from .solver import Solver
 
 #: Directions in ASCII letters, any case ("RİGHT", "rıght" are no direction: envs.commands).
 _ACTION_RE = re.compile(r"^\s*(?ai:(up|down|left|right))\s*$")
+#: The moves as one tool for the tool-call action format (reset info): ``move(direction)``.
+TOOLS = tool_info(
+    [
+        tool(
+            "move",
+            "Move the player one cell; a box in the way is pushed.",
+            direction={"type": "string", "enum": list(ACTIONS)},
+        )
+    ],
+    {"move": "{direction}"},
+)
 
 INSTRUCTION = (
     "You are the player P in a Sokoban room. Push every box X onto a target O by walking into it; "
@@ -83,7 +95,7 @@ class SokobanEnv(TextEnv):
         options = options or {}
         if "room" in options:  # a hand-written room in the reference symbols
             self._start(self._custom_room(options["room"]), "custom")
-            return self.current_observation(), self._info(action_valid=True)
+            return self.current_observation(), {**self._info(action_valid=True), **fresh(TOOLS)}
         if "task_id" in options:
             try:
                 room_seed = int(options["task_id"])
@@ -104,7 +116,7 @@ class SokobanEnv(TextEnv):
             self.open_room,
         )
         self._start(room, str(room_seed))
-        return self.current_observation(), self._info(action_valid=True)
+        return self.current_observation(), {**self._info(action_valid=True), **fresh(TOOLS)}
 
     def _custom_room(self, text: str) -> GeneratedRoom:
         layout, state = parse(text)

@@ -14,6 +14,7 @@ from typing import Any
 from ..base import TextEnv, make_info
 from ..cache import cache_root
 from ..commands import command_lower
+from ..tools import fresh, tool, tool_info
 from .games import MakeSettings, expand_game_files, make_game_file
 from .probe import probe_game
 from .storyfile import check_story_file
@@ -29,6 +30,63 @@ _BANNER_LINE = re.compile(r"^[\s$|\\/_>]*$")  # lines of the ASCII-art banner
 _SPACES = re.compile(r"\s+")
 #: What an invalid command gets back (the wording of TextWorld's ALFWorld engine for the same case).
 NOTHING = "Nothing happens."
+
+#: TextWorld's command grammar as tools for the tool-call action format (reset info), the more
+#: specific first (a command maps back to the first tool that writes it); ``command(text)``
+#: takes any other command of a custom game's grammar.
+TOOLS = tool_info(
+    [
+        tool("go", "Walk through an exit.", direction="north, south, east or west"),
+        tool(
+            "take_from",
+            "Take an object out of or off something.",
+            object="the object",
+            source="where it is",
+        ),
+        tool("take", "Pick up an object.", object="the object"),
+        tool(
+            "put", "Put an object on a supporter.", object="the held object", supporter="e.g. table"
+        ),
+        tool(
+            "insert",
+            "Put an object into a container.",
+            object="the held object",
+            container="e.g. box",
+        ),
+        tool(
+            "unlock",
+            "Unlock a door or container with a key.",
+            target="what to unlock",
+            key="the key",
+        ),
+        tool("lock", "Lock a door or container with a key.", target="what to lock", key="the key"),
+        tool("open", "Open a door or container.", target="what to open"),
+        tool("close", "Close a door or container.", target="what to close"),
+        tool("drop", "Drop a held object.", object="the object"),
+        tool("eat", "Eat a held object.", object="the object"),
+        tool("examine", "Look closely at something.", target="what to examine"),
+        tool("look", "Describe the room."),
+        tool("inventory", "List what you carry."),
+        tool("command", "Any other command of the game.", text="the command"),
+    ],
+    {
+        "go": "go {direction}",
+        "take_from": "take {object} from {source}",
+        "take": "take {object}",
+        "put": "put {object} on {supporter}",
+        "insert": "insert {object} into {container}",
+        "unlock": "unlock {target} with {key}",
+        "lock": "lock {target} with {key}",
+        "open": "open {target}",
+        "close": "close {target}",
+        "drop": "drop {object}",
+        "eat": "eat {object}",
+        "examine": "examine {target}",
+        "look": "look",
+        "inventory": "inventory",
+        "command": "{text}",
+    },
+)
 
 
 def _default_cache_dir() -> Path:
@@ -204,7 +262,7 @@ class TextWorldEnv(TextEnv):
             self._gs = self._env.reset()
         self._steps = 0
         self._obs = clean_feedback(self._gs.feedback)
-        return self._obs, self._info(True)
+        return self._obs, {**self._info(True), **fresh(TOOLS)}
 
     def _start(self, path: Path) -> None:
         import textworld

@@ -11,6 +11,7 @@ from rapidfuzz import fuzz, utils
 
 from ..base import TextEnv, make_info
 from ..commands import ascii_lower, command_lower
+from ..tools import fresh, tool, tool_info
 from .pages import BACK_TO_SEARCH, BUY_NOW, NEXT_PAGE, PREV_PAGE, SEARCH_TEMPLATE, Page, render
 from .reward import (
     FUZZY_THRESHOLD,
@@ -34,6 +35,19 @@ _ACTION_RE = re.compile(r"^\s*(?ai:(search|click))\[([^\[\]]*)\]\s*$")
 
 #: The four phases of a purchase, in order (``info["milestones"]``).
 MILESTONES = ("match_in_results", "match_opened", "options_chosen", "purchased")
+
+#: The two commands as tools for the tool-call action format (reset info).
+TOOLS = tool_info(
+    [
+        tool("search", "Search the shop (on the search page).", query="the search words"),
+        tool(
+            "click",
+            "Click a button, a product or an option shown on the page.",
+            element="its label",
+        ),
+    ],
+    {"search": "search[{query}]", "click": "click[{element}]"},
+)
 
 
 class WebShopEnv(TextEnv):
@@ -168,7 +182,7 @@ class WebShopEnv(TextEnv):
         self._reward = None
         self._visited = set()
         self._show(Page())
-        return self._text, self._info(True)
+        return self._text, {**self._info(True), **fresh(TOOLS)}
 
     # -- stepping --------------------------------------------------------------------------------
     def step(self, action: str):

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from agentrl.envs import TextEnv, make_info
+from agentrl.envs import TextEnv, make_info, tool, tool_info
 from agentrl.envs.contract import RULES, check_contract
 
 from agentrl import envs
@@ -43,7 +43,13 @@ class Corridor(TextEnv):
             start = random.randrange(self.length)
         self.task, self.pos, self.steps = start, start, 0
         self.salt = next(_COUNTER) if self.break_ == "state_key" else 0
-        return self.current_observation(), self._info(True)
+        # the commands as one tool; broken: its template writes no admissible action
+        template = "walk {direction}" if self.break_ == "tools" else "{direction}"
+        declared = tool_info(
+            [tool("go", "Walk.", direction={"type": "string", "enum": list(self.names)})],
+            {"go": template},
+        )
+        return self.current_observation(), {**self._info(True), **declared}
 
     def step(self, action):
         self.steps += 1
@@ -119,6 +125,26 @@ def test_budget_names_the_longest_action_and_the_budget_needed():
     assert "max_new_tokens >= 11" in detail
 
 
+def test_tools_rule_is_skipped_without_a_declaration():
+    class Plain(Corridor):
+        def reset(self, *, seed=None, options=None):
+            obs, info = super().reset(seed=seed, options=options)
+            return obs, {k: v for k, v in info.items() if k not in ("tools", "tool_actions")}
+
+    out = results(Plain)
+    assert out["tools"].ok is None and "declares no tools" in out["tools"].detail
+
+
+def test_tools_rule_names_a_bad_declaration():
+    class BadSchema(Corridor):
+        def reset(self, *, seed=None, options=None):
+            obs, info = super().reset(seed=seed, options=options)
+            return obs, {**info, "tool_actions": {"go": "{where}"}}
+
+    detail = results(BadSchema)["tools"].detail
+    assert "placeholders must name arguments" in detail, detail
+
+
 def test_budget_is_skipped_without_a_model():
     out = {r.rule: r for r in check_contract(Corridor)}
     assert out["budget"].ok is None and all(r.ok for k, r in out.items() if k != "budget")
@@ -137,7 +163,7 @@ def test_builtin_envs_pass_the_contract(preset, capsys):
     code = check_main([preset, "--model", "tiny", "--max-new-tokens", str(budget)])
     out = capsys.readouterr().out
     assert code == 0, out
-    assert "9 passed, 0 failed, 0 skipped" in out
+    assert "10 passed, 0 failed, 0 skipped" in out
 
 
 def test_cli_exit_codes_and_one_line_errors(capsys):

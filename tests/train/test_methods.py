@@ -83,8 +83,8 @@ def test_registering_checks_the_hook_and_refuses_a_second_one():
 
 
 def test_a_name_no_trainer_module_registers_is_an_error(monkeypatch):
-    monkeypatch.setitem(credit.registry._ASKS, "grpo", TrainerAsks(action_format="tool_call"))
-    with pytest.raises(KeyError, match="credit module 'grpo' asks for action format 'tool_call'"):
+    monkeypatch.setitem(credit.registry._ASKS, "grpo", TrainerAsks(action_format="xml_call"))
+    with pytest.raises(KeyError, match="credit module 'grpo' asks for action format 'xml_call'"):
         trainer_hooks("grpo", credit.needs("grpo"))
     monkeypatch.setitem(credit.registry._ASKS, "grpo", TrainerAsks(steps="nope"))
     with pytest.raises(KeyError, match="step hooks 'nope'"):
