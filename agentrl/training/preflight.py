@@ -157,16 +157,20 @@ def response_budget_problem(
         return None
     if isolate:
         with EnvPool([EnvSpec(env_id, kwargs)], num_workers=1, step_timeout=step_timeout) as pool:
-            actions = contract.actions_seen(_PoolEnv(pool), seeds=(0,), max_steps=max_steps)
+            env = _PoolEnv(pool)
+            info = env.reset(seed=0)[1]
+            actions = contract.actions_seen(env, seeds=(0,), max_steps=max_steps)
     else:
         env = envs.make(env_id, **kwargs)
         try:
+            info = env.reset(seed=0)[1]
             actions = contract.actions_seen(env, seeds=(0,), max_steps=max_steps)
         finally:
             env.close()
     if not actions:
         return None  # an open action space: nothing to constrain
-    fmt = action_format(cfg, tokenizer)  # the runner's action format (tag or tool call)
+    # the runner's action format (tag or tool call), bound to the env's tools as an episode is
+    fmt = action_format(cfg, tokenizer).bind(info)
     count = action_token_counter(tokenizer, fmt)
     failure = contract.budget_failure({a: count(a) for a in actions}, r.max_new_tokens, key=key)
     if failure is None:

@@ -36,7 +36,10 @@ def rows(tmp_path: Path) -> list[dict]:
         (
             "webshop",
             ["rollout.tasks_per_iter=1", "rollout.group_size=2", "env.eval_episodes=2"]
-            + ["env.max_steps=3", "env.kwargs.max_steps=3"],
+            + ["env.max_steps=3", "env.kwargs.max_steps=3"]
+            # its longest admissible call (a search with the task's words) is 77 tiny tokens: the
+            # trainer's budget check refuses 64 (constrained decoding could never write it)
+            + ["rollout.max_new_tokens=96"],
         ),
     ],
 )
@@ -58,7 +61,11 @@ def test_tool_call_config_errors_are_one_line_before_any_work():
         preflight(load_config({"credit": {"name": "hiper"}, **TOOL_CFG}), None)
     with pytest.raises(ConfigError, match="must be one of tag, tool_call, got 'json'"):
         load_config({"rollout": {"action_format": "json"}})
-    preflight(load_config({"env": {"id": "Sokoban-v0"}, **TOOL_CFG}), None)  # Sokoban has tools
+    sokoban = {"env": {"id": "Sokoban-v0"}, "rollout": {"action_format": "tool_call"}}
+    with pytest.raises(ConfigError, match=r"the longest, 'up', takes 54 tokens"):
+        preflight(load_config(sokoban), None)  # a call is ~54 tiny tokens: 8 cannot write one
+    sokoban["rollout"]["max_new_tokens"] = 64
+    preflight(load_config(sokoban), None)  # Sokoban has tools, and the calls fit
 
 
 TOOL_CFG = {"rollout": {"action_format": "tool_call"}}
