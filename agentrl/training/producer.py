@@ -442,15 +442,17 @@ class Producer:
         with self.cond:
             if self._stop:
                 raise _Stopped
-            newest = self.latest
-        if self.partial and newest > self.engine_version:
-            self._apply(newest)
+        if self.partial:
+            self._apply(self.latest)
 
     def _apply(self, version: int) -> None:
-        """Load published ``version`` into the engine (no-op when it holds it already)."""
-        if version == self.engine_version:
-            return
+        """Load published ``version`` into the engine (no-op when it holds it already); with
+        partial rollouts always the newest (publishing drops the older ones)."""
         with self.cond:
+            if self.partial:
+                version = self.latest
+            if version == self.engine_version:
+                return
             weights = self.weights[version]
         self._load(weights)
         self.engine_version = version
