@@ -16,10 +16,8 @@ Per run:
   ``(t_rollout + t_update) / max(t_rollout, t_update)`` from the synchronous run (credit counts
   with the update: the learner's side); **of limit**: speed-up / limit (the issue's measure: 1 =
   full overlap; 1 / limit = none) and **gain share**: (speed-up - 1) / (limit - 1), the part of
-  the possible gain realised; **in-run**: the same two measures from the async run's own
-  producer-play and learner-busy times, ``(play + learn) / wall`` over its limit
-  ``(play + learn) / max(play, learn)`` (under one load: on a shared machine runs minutes apart
-  see different loads, and this one does not compare them).
+  the possible gain realised. On a shared machine runs minutes apart see different loads: read
+  the idle shares (measured within one run) beside the speed-up.
 
 Settings: ``sokoban`` (a: the default run), ``alfworld`` (b: generated games through the process
 pool, small), ``vllm`` (c: ``model=smollm2-135m rollout=vllm``, needs the vllm extra; off unless
@@ -107,8 +105,6 @@ def run(setting: list[str], k: int, iterations: int, device: str, extra: list[st
     roll = sum(r["time/rollout_s"] for r in rows)
     learn = sum(r["time/credit_s"] + r["time/update_s"] for r in rows)
     play = sum(r.get("async/producer_play_s", r["time/rollout_s"]) for r in rows)
-    busy = learn + play
-    in_run = (busy / total) / (busy / max(learn, play))
     return {
         "k": k,
         "s_per_it": total / len(rows),
@@ -118,7 +114,6 @@ def run(setting: list[str], k: int, iterations: int, device: str, extra: list[st
         "producer_idle": max(0.0, 1 - play / total),
         "tok_per_s": sum(r["train/response_tokens"] for r in rows) / total,
         "staleness": max((r.get("async/staleness_max", 0.0) for r in rows), default=0.0),
-        "in_run": in_run,
         "dropped": sum(r.get("async/dropped_groups", 0.0) for r in rows),
         "load": (load0, os.getloadavg()[0]),
         "run_s": wall,
@@ -132,8 +127,8 @@ def table(name: str, results: list[dict]) -> str:
         f"{name}: synchronous rollout {sync['rollout_s']:.2f} s + update {sync['update_s']:.2f} s"
         f" per iteration, overlap limit {limit:.2f}x",
         "| k | s / it | learner idle | producer idle | tok/s | max staleness | dropped "
-        "| speed-up | of limit | gain share | in-run of limit | load before/after |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| speed-up | of limit | gain share | load before/after |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         speed = sync["s_per_it"] / r["s_per_it"]
@@ -142,7 +137,7 @@ def table(name: str, results: list[dict]) -> str:
             f"| {r['k']} | {r['s_per_it']:.2f} | {r['learner_idle']:.0%} | "
             f"{r['producer_idle']:.0%} | {r['tok_per_s']:.0f} | {r['staleness']:.0f} | "
             f"{r['dropped']:.0f} | {speed:.2f}x | {speed / limit:.0%} | "
-            f"{gain:.0%} | {r['in_run']:.0%} | {r['load'][0]:.1f} / {r['load'][1]:.1f} |"
+            f"{gain:.0%} | {r['load'][0]:.1f} / {r['load'][1]:.1f} |"
         )
     return "\n".join(lines)
 
