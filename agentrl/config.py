@@ -425,6 +425,15 @@ class RolloutConfig:
         "dynamic sampling, budget spent: pad with dropped groups (fixed batch) or keep the batch short",
         one_of("pad", "keep"),
     )
+    staleness: int = opt(
+        0,
+        "asynchronous rollouts: a producer thread plays while the learner updates, every used token at most this many policy versions old (0: synchronous loop; docs/training.md)",
+        num(0),
+    )
+    partial_rollouts: bool = opt(
+        False,
+        "staleness >= 1: episodes pick up new weights at their next step (false: each iteration's groups sampled wholly with the weights staleness versions back, deterministic)",
+    )
     max_batch_size: int = opt(256, "hf: requests per forward pass", num(1))
     max_batch_tokens: int | None = opt(
         32768, "hf: padded tokens per forward pass (null: no cap)", optional(num(1))
@@ -470,6 +479,9 @@ class RolloutConfig:
     def cross_checks(self) -> Iterator[tuple[str, str]]:
         if self.action.require_think and not self.action.think:
             yield "action.require_think", "needs rollout.action.think=true"
+        if self.staleness and self.dynamic_sampling:
+            why = "its extra groups are drawn on demand inside the iteration"
+            yield "dynamic_sampling", f"needs rollout.staleness=0 ({why})"
 
 
 def resolve_class(path: str) -> type:

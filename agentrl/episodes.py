@@ -72,6 +72,9 @@ class StepRecord:
     milestones_new: int
     next_state_key: Hashable = None  # info["state_key"] of the state the step led to
     extras: dict[str, Any] = field(default_factory=dict)  # the action format's step columns
+    # The policy version (learner updates done) of the weights that sampled this step's response;
+    # asynchronous rollouts (rollout.staleness >= 1) read it, the synchronous loop leaves it 0.
+    policy_version: int = 0
 
 
 @dataclass
@@ -144,6 +147,7 @@ class Move:
     allowed: list[list[int]] | None = None
     extras: dict[str, Any] = field(default_factory=dict)
     cut: str | None = None
+    policy_version: int = 0  # the weights' version that sampled the response (a model policy's)
 
 
 @dataclass
@@ -266,6 +270,7 @@ def _record(ep: Episode, move: Move, res: StepResult, max_steps: int | None) -> 
             milestones_new=max(0, after - before),
             next_state_key=info.get("state_key", res.observation),
             extras=move.extras,
+            policy_version=move.policy_version,
         )
     )
     ep.history.append(Turn(ep.observation, move.response, move.action, float(res.reward), info))

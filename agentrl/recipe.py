@@ -5,14 +5,16 @@
 
 1. **rollout**: ``tasks_per_iter`` training tasks, each reset in ``group_size`` envs with the same
    seed (a group starts from one state); only live envs are prompted; exact token ids and
-   sampling log-probs are kept;
+   sampling log-probs are kept. ``rollout.staleness = k >= 1``: a producer thread started here
+   plays the groups ahead while the learner updates, and the iteration takes groups at most
+   ``k`` policy versions old (:mod:`agentrl.training.producer`);
 2. **step batch**: one row per agent step, plus what the credit module declares it needs
    (critic values, hidden-state embeddings; :func:`agentrl.credit.needs`) and what its trainer
    hooks prepare (:mod:`agentrl.methods`: a method's own critic heads, its response spans);
 3. **credit**: per-step advantages, ``credit.compute(batch, name, **options)``;
 4. **token advantages + PPO epochs**: each step's advantage lands on exactly its response tokens
    (``credit.step_to_tokens``; or where the method's hooks or a token shaper put it) inside the
-   learner's PPO epochs; the engine gets the new weights;
+   learner's PPO epochs; the engine (or the producer) gets the new weights;
 5. **log / evaluate / checkpoint**.
 
 What a credit module asks of the trainer (its action format and prompt hint, its critic's outputs,
@@ -49,12 +51,10 @@ from .evaluation import record_from_rollout, summarize
 from .learner import Learner
 from .learner.fsdp import FSDPLearner
 from .learner.schedule import LRSchedule
-from .learner.weights import policy_state_dict
 from .methods import TrainerHooks, build_runner, trainer_hooks
 from .models import LoraTargetError, apply_lora, load_model
 from .pool import EnvSpec, backend_options, make_pool
 from .pool.accounting import error_metrics, error_rate_stop
-from .rollout import RolloutStats
 from .rollout.runner import EpisodeRunner, chunk_seed, eval_seed
 from .training import data_parallel as DP
 from .training.checkpoint import (
@@ -65,7 +65,8 @@ from .training.checkpoint import (
     save_model,
 )
 from .training.interrupt import Interrupted, interrupts
-from .training.iteration import credit_options, features, held_out_resets, play_iteration, train_row
+from .training.iteration import credit_options, features, held_out_resets, train_row
+from .training.producer import make_rollouts
 from .training.runlog import Progress, RunLog, Timer, write_interrupted, write_outputs
 from .training.sharded_checkpoint import load_run_checkpoint, save_run_checkpoint
 from .training.summary import RunSummary, summarize_run
@@ -92,7 +93,7 @@ class Parts:
     hooks: TrainerHooks  # what it asks of the trainer (the step-batch inputs it declares included)
     held_out: list  # the fixed held-out tasks (reset specs)
     train_ids: list[str] | None  # the training split's task ids (None: tasks drawn by seed)
-    engine_model: Any = None  # the engine's copy of the policy under torchrun (None: the policy)
+    engine_model: Any = None  # the engine's copy (torchrun, rollout.staleness >= 1; else None)
 
 
 def build(cfg: TrainConfig) -> Parts:
@@ -123,8 +124,9 @@ def build(cfg: TrainConfig) -> Parts:
     engine_model = None
     kw = dict(temperature=r.temperature, **hooks.learner_options(),  # critic heads, reference
               lr_schedule=LRSchedule(t.lr_schedule, t.lr_warmup, t.iterations, t.lr_min_ratio))  # fmt: skip
-    if dist.distributed:  # the engine samples from an unsharded copy; the learner's is sharded
+    if dist.distributed or r.staleness:  # the engine samples from its own (unsharded) copy
         engine_model = DP.rollout_replica(model)
+    if dist.distributed:  # the learner's copy is sharded
         learner = FSDPLearner(model, t, tok.pad_token_id, **kw)
     else:
         learner = Learner(model, t, tok.pad_token_id, **kw)
@@ -151,8 +153,8 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
     main = dist.is_main
     out.mkdir(parents=True, exist_ok=True)
     owned, p = parts is None, parts or build(cfg)
-    model, tok, learner, backend, runner = p.model, p.tokenizer, p.learner, p.backend, p.runner
-    options, hooks, held_out, train_ids = p.options, p.hooks, p.held_out, p.train_ids
+    model, tok, learner, runner = p.model, p.tokenizer, p.learner, p.runner
+    options, hooks, held_out = p.options, p.hooks, p.held_out
 
     def evaluate(label: str):
         """Greedy (``rollout.eval_temperature``) episodes on the fixed held-out tasks."""
@@ -208,6 +210,7 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
         return bool(t.checkpoint_every and n % t.checkpoint_every == 0) or D.broadcast_object(timed)
 
     done = start  # iterations whose update reached the weights and the metrics
+    rollouts = make_rollouts(cfg, p)  # k = 0: played in turn; k >= 1: a producer thread
     try:
         # SIGINT/SIGTERM: abandon an iteration before its update, finish one during it
         with interrupts(enabled=not dist.distributed) as signals:
@@ -228,10 +231,10 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
                 )
                 progress.note(f"initial greedy success {o.success_rate:.1%}")
             # -- the loop ------------------------------------------------------------------------
+            rollouts.start(start)
             for it in range(start, t.iterations):
-                stats = RolloutStats()
                 with Timer() as t_roll:  # 1. rollout (+ dynamic sampling's extra groups)
-                    eps, roll_metrics = play_iteration(cfg, it, train_ids, runner, stats)
+                    eps, roll_metrics, stats = rollouts.take(it)  # k >= 1: the producer's
                 stats = DP.reduce_stats(stats)  # global counts: every rank decides to stop alike
                 example = next((ep.error for ep in eps if ep.fault is not None), None)
                 why = error_rate_stop(
@@ -262,10 +265,7 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
                                                  seed=chunk_seed(cfg.seed, it, 3), **kw)  # fmt: skip
                         except FloatingPointError as exc:  # NonFiniteError included
                             raise TrainingStopped(f"iteration {it}: {exc}") from exc
-                        if p.engine_model is not None:  # torchrun: full weights into the engine
-                            learner.sync_to(p.engine_model)
-                        if r.backend != "hf":  # the hf engine samples from the learner's model
-                            backend.update_weights(policy_state_dict(p.engine_model or model))
+                        rollouts.publish(it + 1)  # policy version it + 1 (k >= 1: a copy)
                     errs = error_metrics(stats.env_errors, stats.env_restarts, stats.env_replayed)
                     row = train_row(it, DP.gather_episodes(eps), batch.group, stats, res,
                                     upd, t_roll, t_credit, t_upd,
@@ -275,7 +275,7 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
                     progress.update(it + 1, row)
                     done = it + 1
                 if t.eval_every and (it + 1) % t.eval_every == 0 and it + 1 < t.iterations:
-                    with Timer() as tm:
+                    with Timer() as tm, rollouts.paused():  # on the learner's current weights
                         _, em = evaluate(f"iter{it + 1}")
                     log(
                         {
@@ -290,6 +290,7 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
                 if checkpoint_due(it + 1):
                     checkpoint(it + 1)
             # -- the end: last checkpoint, final model, final evaluation, summary ----------------
+            rollouts.close()  # k >= 1: the producer stops; the engine holds the learner's weights
             progress.close()
             n = t.iterations
             if n not in saved:
@@ -321,6 +322,7 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
         exc.line = write_interrupted(out, exc.name, done, t.iterations, ck, initial, history, log)
         raise
     finally:
+        rollouts.close()  # no producer thread outlives the run (errors, Ctrl-C)
         log.close()
         if owned:
             runner.close()

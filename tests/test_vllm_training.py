@@ -78,3 +78,35 @@ def test_two_iterations_with_vllm_rollouts(tmp_path, monkeypatch):
         assert np.abs(np.asarray(gen.logprobs) - rec).max() < 1e-3
     finally:
         parts.runner.close()
+
+
+def test_two_iterations_with_asynchronous_vllm_rollouts(tmp_path, monkeypatch):
+    """``rollout.staleness=1``: the producer thread loads the learner's snapshots into vLLM
+    (through the engine's own copy of the policy); the second iteration's tokens are one
+    version old, and after the run the engine holds the trained weights."""
+    monkeypatch.setenv("AGENTRL_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = load_config(_config(tmp_path / "run", "trainer.lr=0.05", "rollout.staleness=1"))
+    parts = build(cfg)
+    try:
+        syncs = []
+        update = parts.backend.update_weights
+        monkeypatch.setattr(
+            parts.backend, "update_weights", lambda sd: (syncs.append(len(sd)), update(sd))
+        )
+        train(cfg, tmp_path / "run", parts)
+        rows = [
+            json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+        ]
+        trained = [r for r in rows if r.get("phase") == "train"]
+        assert [r["async/staleness_max"] for r in trained] == [0, 1]
+        assert len(syncs) >= 2  # the start's weights, then the trained ones at the end
+        tok = parts.tokenizer
+        prompt = tok("#####\n#_@_#\n#_$.#\n#___#\n#####", add_special_tokens=False)["input_ids"]
+        (gen,) = parts.backend.generate(
+            [prompt], SamplingParams(max_new_tokens=6, temperature=1.0, seed=0)
+        )
+        seq = StepSequence(prompt, gen.token_ids, gen.logprobs, 0)
+        (rec,) = parts.learner.logprobs([seq])
+        assert np.abs(np.asarray(gen.logprobs) - rec).max() < 1e-3
+    finally:
+        parts.runner.close()

@@ -27,6 +27,12 @@ class StepSequence:
 
     ``allowed[j]`` lists the token ids the sampler was restricted to at response position ``j``
     (constrained decoding), or ``allowed`` is ``None`` (full vocabulary).
+
+    ``old_logprobs`` are the behaviour policy's: the log-prob of each token under the exact
+    weights that sampled it, and ``versions[j]`` is those weights' policy version (learner
+    updates done when token ``j`` was sampled; ``None``: not recorded). Under asynchronous
+    rollouts (``rollout.staleness`` >= 1) tokens of one sequence share a version, those of one
+    episode may not (partial rollouts).
     """
 
     prompt_ids: list[int]
@@ -34,6 +40,7 @@ class StepSequence:
     old_logprobs: list[float]
     step_row: int  # the step-batch row this sequence is
     allowed: list[list[int]] | None = None
+    versions: list[int] | None = None
 
     def __post_init__(self) -> None:
         if not self.prompt_ids:
@@ -44,6 +51,8 @@ class StepSequence:
             )
         if self.allowed is not None and len(self.allowed) != len(self.response_ids):
             raise ValueError("allowed must give one token set per response token")
+        if self.versions is not None and len(self.versions) != len(self.response_ids):
+            raise ValueError("versions must give one policy version per response token")
 
     def forced(self) -> np.ndarray:
         """Per response token, whether constrained decoding left no choice (one allowed token:

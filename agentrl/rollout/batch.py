@@ -98,7 +98,14 @@ def to_step_batch(
         },
     )
     seqs = [
-        StepSequence(s.prompt_ids, s.response_ids, s.logprobs, row, s.allowed)
+        StepSequence(
+            s.prompt_ids,
+            s.response_ids,
+            s.logprobs,
+            row,
+            s.allowed,
+            [s.policy_version] * len(s.response_ids),
+        )  # fmt: skip
         for row, (_, _, s) in enumerate(rows)
     ]
     return batch, seqs

@@ -191,6 +191,7 @@ class ModelPolicy:
             logprobs=list(g.logprobs),
             allowed=allowed_per_position(allowed, g.token_ids) if allowed is not None else None,
             extras=fmt.step_extras(text),
+            policy_version=int(g.extra.get("policy_version", 0)),
         )
         ep.memory = fmt.remember(ep.memory, text)
         return move

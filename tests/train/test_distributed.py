@@ -515,3 +515,19 @@ def test_gigpo_alfworld_recipe_config_composes():
         -0.1,
         0.4,
     )
+
+
+def test_two_ranks_with_asynchronous_rollouts(tmp_path):
+    """``rollout.staleness=1`` under torchrun: each rank's producer plays its share of the groups
+    while the sharded learner updates; the second iteration's tokens are one version old; a
+    held-out evaluation mid-run pauses both producers (the learner's collectives stay on the
+    main thread)."""
+    args = ["trainer=smoke", "rollout.tasks_per_iter=2", "rollout.group_size=4",
+            "env.eval_episodes=4", "trainer.eval_initial=false", "trainer.eval_every=1",
+            "rollout.staleness=1", f"output_dir={tmp_path}"]  # fmt: skip
+    _train(args, nproc=2, timeout=600)
+    rows = _rows(tmp_path, "train")
+    assert [r["iteration"] for r in rows] == [1, 2]
+    assert rows[0]["async/staleness_max"] == 0 and rows[1]["async/staleness_max"] == 1
+    assert all(r["async/dropped_groups"] == 0 and r["train/agent_steps"] > 0 for r in rows)
+    assert len(_rows(tmp_path, "eval")) == 1 and len(_rows(tmp_path, "eval_final")) == 1

@@ -1,0 +1,482 @@
+"""Where an iteration's training episodes come from: played in turn, or by a producer thread.
+
+``rollout.staleness`` (``k``) chooses (:func:`make_rollouts`):
+
+- ``k = 0``, :class:`SyncRollouts`: the synchronous loop. :meth:`~SyncRollouts.take` plays the
+  iteration's groups there and then (:func:`agentrl.training.iteration.play_iteration`) and
+  :meth:`~SyncRollouts.publish` hands the engine the new weights, exactly as the recipe always
+  did.
+- ``k >= 1``, :class:`Producer`: a thread plays whole task groups (every ``group_size`` rollout
+  of a task, as GiGPO's anchor groups need) ahead of the learner, from its own copy of the policy
+  (``Parts.engine_model``). Batch ``b`` is iteration ``b``'s tasks and sampling seed, and starts
+  once the learner has published version ``b - k`` (a version counts learner updates, so the
+  learner at iteration ``b`` holds version ``b``). The learner takes a group only if its oldest
+  token is at most ``k`` versions old and counts what it drops: with this gate none is, the
+  filter keeps the bound whatever the timing. This is AReaL's bound (Fu et al. 2025, "AReaL: A
+  Large-Scale Asynchronous Reinforcement Learning System for Language Reasoning",
+  ``max_head_offpolicyness``: rollouts are submitted only while at most ``k`` batches ahead of
+  the trainer's version); AReaL counts samples, we count whole iterations' batches.
+
+Weights: :meth:`Producer.publish` copies the learner's trainable tensors (full tensors under
+FSDP) into a snapshot and returns; the producer thread loads a snapshot between engine calls, so
+the learner never waits for the engine and the engine never samples half-updated weights.
+
+Partial rollouts (``rollout.partial_rollouts``): ``false`` (default) samples all of batch ``b``
+with exactly version ``max(b - k, start)``: every token is exactly ``k`` versions old, the run is
+the same whatever the threads' timing (reproducible, like the synchronous loop), and with the
+learner and the engine equally fast the overlap is full anyway (batch ``b + 1`` needs version
+``b + 1 - k``, published before update ``b`` starts). ``true`` starts batch ``b`` from the newest
+version at hand and loads newer ones at each later step of its episodes (one engine call is one
+step of every live episode, so a response never mixes versions, and every rollout of a group
+switches at the same step): fresher tokens when the producer is the slower side, at the price of
+timing-dependent runs. Either way each step records the version that sampled it and the engine's
+own log-probs of its tokens (``StepSequence.versions`` / ``old_logprobs``), so an off-policy
+correction sees the exact behaviour policy of every token.
+
+Thread, not process: the env pool, the engine and the tokenizer are already built in this
+process and stay there (a process would need them rebuilt and every episode pickled back); torch
+releases the GIL inside its kernels, so the engine's forward passes run beside the learner's
+backward passes; vLLM's engine core is its own process anyway. Each thread's torch ops use
+``trainer.num_threads`` intra-op threads (default 1: on a 2-core machine the learner and the
+producer each get one core).
+
+Evaluation pauses the producer at its next batch boundary (:meth:`Producer.paused`), loads the
+learner's current weights into the engine and plays on the main thread. Checkpoints hold no
+in-flight groups: a resumed run regenerates them from ``(seed, iteration)``, sampled with the
+checkpoint's weights (its first ``k`` batches at version ``start``), the same every time it
+resumes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from .. import distributed as D
+from ..backends.base import Generation, SamplingParams
+from ..config import TrainConfig
+from ..learner.weights import policy_state_dict
+from ..rollout import EpisodeResult, RolloutStats, chunk_seed
+from .data_parallel import local_share
+from .iteration import play_iteration, train_resets
+
+__all__ = [
+    "Batch",
+    "GroupBuffer",
+    "Producer",
+    "ProducerError",
+    "SyncRollouts",
+    "make_rollouts",
+    "snapshot",
+]
+
+
+class ProducerError(RuntimeError):
+    """The rollout producer raised; the message is its exception's."""
+
+
+class _Stopped(Exception):
+    """Raised inside the producer thread when it is told to stop."""
+
+
+# -- the synchronous loop ---------------------------------------------------------------------
+class SyncRollouts:
+    """``rollout.staleness = 0``: each iteration plays its groups when the learner asks, and the
+    engine gets the weights after each update (the recipe's loop as it always was)."""
+
+    def __init__(self, cfg: TrainConfig, train_ids, runner, learner, backend, engine_model, model):
+        self.cfg, self.train_ids, self.runner = cfg, train_ids, runner
+        self.learner, self.backend, self.engine_model, self.model = (
+            learner,
+            backend,
+            engine_model,
+            model,
+        )
+
+    def start(self, it: int) -> None:
+        """Nothing runs ahead."""
+
+    def take(self, it: int) -> tuple[list[EpisodeResult], dict[str, float], RolloutStats]:
+        """Iteration ``it``'s episodes, its rollout metrics and its counts, played now."""
+        stats = RolloutStats()
+        eps, metrics = play_iteration(self.cfg, it, self.train_ids, self.runner, stats)
+        return eps, metrics, stats
+
+    def publish(self, version: int) -> None:
+        """The learner's new weights into the engine."""
+        if self.engine_model is not None:  # torchrun: full weights into the engine's copy
+            self.learner.sync_to(self.engine_model)
+        if self.cfg.rollout.backend != "hf":  # the hf engine samples from the learner's own model
+            self.backend.update_weights(policy_state_dict(self.engine_model or self.model))
+
+    def paused(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def close(self) -> None:
+        pass
+
+
+# -- weights ----------------------------------------------------------------------------------
+@torch.no_grad()
+def snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A copy of ``model``'s trainable tensors by parameter name (full tensors of FSDP shards:
+    a collective, every rank at once). Only they change in training (with LoRA: the adapters)."""
+    out = {}
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            full = p.full_tensor() if hasattr(p, "full_tensor") else p
+            out[name] = full.detach().clone()
+    return out
+
+
+@torch.no_grad()
+def load_snapshot(replica: torch.nn.Module, weights: dict[str, torch.Tensor]) -> None:
+    """Copy a :func:`snapshot` into the engine's copy of the policy (same parameter names)."""
+    own = dict(replica.named_parameters())
+    for name, w in weights.items():
+        if name not in own:
+            raise KeyError(f"the rollout replica has no parameter {name!r}")
+        own[name].copy_(w)
+
+
+# -- the buffer ---------------------------------------------------------------------------------
+@dataclass
+class Batch:
+    """One batch the producer played: iteration ``index``'s groups, their counts and timing."""
+
+    index: int
+    groups: list[list[EpisodeResult]]
+    stats: RolloutStats
+    play_s: float  # the producer's wall seconds playing it
+    idle_s: float = 0.0  # the producer's wall seconds waiting before it (weights, pause)
+
+
+def oldest_version(group: Sequence[EpisodeResult]) -> int | None:
+    """The policy version of a group's oldest sampled token (``None``: no token)."""
+    versions = [s.policy_version for ep in group for s in ep.steps if s.response_ids]
+    return min(versions) if versions else None
+
+
+def _add_stats(into: RolloutStats, other: RolloutStats) -> None:
+    for f in dataclasses.fields(RolloutStats):
+        a, b = getattr(into, f.name), getattr(other, f.name)
+        if isinstance(a, dict):
+            for k, v in b.items():
+                a[k] = a.get(k, 0) + v
+        else:
+            setattr(into, f.name, a + b)
+
+
+@dataclass
+class GroupBuffer:
+    """Played groups waiting for the learner, oldest first (thread-safe through ``cond``).
+
+    :meth:`take` returns ``n`` groups whose oldest token is at most ``k`` versions behind the
+    learner's ``version``, dropping (and counting) older ones; it waits while too few are in.
+    """
+
+    k: int
+    cond: threading.Condition = field(default_factory=threading.Condition)
+    groups: deque = field(default_factory=deque)  # (group, batch or None): batch on its first
+    error: BaseException | None = None
+    done: bool = False  # the producer ended (normally or not)
+    dropped: int = 0  # groups dropped so far
+
+    def put(self, batch: Batch) -> None:
+        with self.cond:
+            for i, g in enumerate(batch.groups):
+                self.groups.append((g, batch if i == 0 else None))
+            self.cond.notify_all()
+
+    def fail(self, exc: BaseException) -> None:
+        with self.cond:
+            self.error, self.done = exc, True
+            self.cond.notify_all()
+
+    def finish(self) -> None:
+        with self.cond:
+            self.done = True
+            self.cond.notify_all()
+
+    def check(self) -> None:
+        """Raise the producer's exception (as :class:`ProducerError`), if it raised."""
+        if self.error is not None:
+            exc = self.error
+            raise ProducerError(f"rollout producer failed: {type(exc).__name__}: {exc}") from exc
+
+    def take(self, n: int, version: int) -> tuple[list[list[EpisodeResult]], list[Batch], int]:
+        """``(groups, the batches they start, groups dropped now)`` for a learner at ``version``."""
+        out, batches, dropped = [], [], 0
+        with self.cond:
+            while len(out) < n:
+                self.check()
+                if not self.groups:
+                    if self.done:
+                        raise ProducerError(
+                            f"rollout producer ended with {len(out)} of {n} groups left to give"
+                        )
+                    self.cond.wait()
+                    continue
+                group, batch = self.groups.popleft()
+                if batch is not None:
+                    batches.append(batch)
+                oldest = oldest_version(group)
+                if oldest is not None and version - oldest > self.k:
+                    dropped += 1
+                    continue
+                out.append(group)
+            self.dropped += dropped
+            self.cond.notify_all()
+        return out, batches, dropped
+
+
+# -- the producer --------------------------------------------------------------------------------
+class _VersionedBackend:
+    """The producer's view of the engine: before each call it loads newer weights (partial
+    rollouts) or stops; each generation records the version that sampled it."""
+
+    def __init__(self, backend: Any, producer: Producer):
+        self.backend, self.producer = backend, producer
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        sampling: SamplingParams,
+        allowed: Sequence[Sequence[Sequence[int]] | None] | None = None,
+    ) -> list[Generation]:
+        self.producer._between_calls()
+        gens = self.backend.generate(prompts, sampling, allowed)
+        v = self.producer.engine_version
+        for g in gens:
+            g.extra["policy_version"] = v
+        return gens
+
+    def update_weights(self, state_dict: dict[str, Any]) -> None:
+        self.backend.update_weights(state_dict)
+
+    def close(self) -> None:
+        pass  # the recipe's runner owns the engine
+
+    def __getattr__(self, name: str) -> Any:  # anything else is the engine's
+        return getattr(self.backend, name)
+
+
+class Producer:
+    """``rollout.staleness = k >= 1``: a thread playing iterations ``start..iterations-1``'s
+    groups ahead of the learner, each batch starting once the learner has published version
+    ``b - k`` (see the module docstring). ``play`` plays one batch (tests give a fake one)."""
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        train_ids: list[str] | None,
+        runner: Any,
+        learner: Any,
+        backend: Any,
+        engine_model: torch.nn.Module,
+        *,
+        play: Callable[[int, Any, RolloutStats], list[EpisodeResult]] | None = None,
+        load: Callable[[dict], None] | None = None,
+        take_snapshot: Callable[[], dict] | None = None,
+    ):
+        r = cfg.rollout
+        if r.staleness < 1:
+            raise ValueError(f"a producer needs rollout.staleness >= 1, got {r.staleness}")
+        self.cfg, self.train_ids, self.learner = cfg, train_ids, learner
+        self.k, self.partial = int(r.staleness), bool(r.partial_rollouts)
+        self.backend, self.engine_model = backend, engine_model
+        self.runner = copy.copy(runner)  # the same pool, prompt and format; a versioned engine
+        self.runner.backend = _VersionedBackend(backend, self)
+        self._play = play or self._play_batch
+        self._load = load or self._load_weights
+        self._snapshot = take_snapshot or (lambda: snapshot(learner.model))
+        self.buffer = GroupBuffer(self.k)
+        self.cond = self.buffer.cond  # one lock for weights, pauses and the buffer
+        self.weights: dict[int, dict] = {}  # published versions the producer may still load
+        self.latest = -1  # the newest published version
+        self.engine_version = -1  # the version the engine holds
+        self._stop = False
+        self._pause_wanted, self._is_paused = False, False
+        self._thread: threading.Thread | None = None
+        self.start_it = 0
+        self.idle_s = 0.0  # the producer's waiting since the learner's last take
+
+    # -- the learner's side ------------------------------------------------------------------
+    def start(self, it: int) -> None:
+        """Publish the learner's weights as version ``it`` and start playing batch ``it`` on."""
+        self.start_it = it
+        self.publish(it)
+        self._apply(it)  # the engine starts from the learner's weights (a resumed run's too)
+        self._thread = threading.Thread(target=self._run, name="agentrl-producer", daemon=True)
+        self._thread.start()
+
+    def publish(self, version: int) -> None:
+        """Hand the producer the learner's weights as ``version`` (a copy; returns at once)."""
+        weights = self._snapshot()
+        with self.cond:
+            self.weights[version] = weights
+            self.latest = version
+            if self.partial:  # only the newest is ever loaded
+                for v in [v for v in self.weights if v < version]:
+                    del self.weights[v]
+            self.cond.notify_all()
+
+    def take(self, it: int) -> tuple[list[EpisodeResult], dict[str, float], RolloutStats]:
+        """Iteration ``it``'s groups (the learner holds version ``it``), its metrics and counts."""
+        r = self.cfg.rollout
+        n = len(D.shard_groups(r.tasks_per_iter))
+        groups, batches, dropped = self.buffer.take(n, it)
+        stats = RolloutStats()
+        for b in batches:
+            _add_stats(stats, b.stats)
+        ages = [
+            it - s.policy_version
+            for g in groups
+            for ep in g
+            for s in ep.steps
+            for _ in s.response_ids
+        ]
+        with self.cond:
+            idle, self.idle_s = self.idle_s, 0.0
+        metrics = {
+            "async/dropped_groups": float(dropped),
+            "async/dropped_groups_total": float(self.buffer.dropped),
+            "async/staleness_mean": float(np.mean(ages)) if ages else 0.0,
+            "async/staleness_max": float(max(ages)) if ages else 0.0,
+            "async/producer_play_s": float(sum(b.play_s for b in batches)),
+            "async/producer_idle_s": float(idle),
+            "async/queued_groups": float(len(self.buffer.groups)),
+        }
+        return [ep for g in groups for ep in g], metrics, stats
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """The engine and the pool to the caller, with the learner's newest weights: the
+        producer stops at its next batch boundary until the block ends (held-out evaluation)."""
+        with self.cond:
+            self._pause_wanted = True
+            self.cond.notify_all()
+            while not self._is_paused and self._alive():
+                self.buffer.check()
+                self.cond.wait(0.1)
+            self.buffer.check()
+        try:
+            self._apply(self.latest)
+            yield
+        finally:
+            with self.cond:
+                self._pause_wanted = False
+                self.cond.notify_all()
+
+    def close(self) -> None:
+        """Stop the thread (at its next engine call at the latest) and give the engine the
+        learner's newest weights (the final model and evaluation read them); idempotent."""
+        with self.cond:
+            self._stop = True
+            self.cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=120)
+            if self._thread.is_alive():
+                raise ProducerError("rollout producer did not stop within 120 s")
+            self._thread = None
+            if self.latest >= 0 and self.buffer.error is None:
+                self._apply(self.latest)
+
+    # -- the producer's side ------------------------------------------------------------------
+    def _alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _run(self) -> None:
+        try:
+            for b in range(self.start_it, self.cfg.trainer.iterations):
+                t0 = time.perf_counter()
+                target = max(b - self.k, self.start_it)
+                with self.cond:  # the weights batch b may use, and no pause asked for
+                    while not self._stop and (self.latest < target or self._pause_wanted):
+                        self._is_paused = self._pause_wanted
+                        self.cond.notify_all()
+                        self.cond.wait()
+                    self._is_paused = False
+                    if self._stop:
+                        return
+                    version = self.latest if self.partial else target
+                idle = time.perf_counter() - t0
+                self._apply(version)
+                if not self.partial:  # a fixed lag never goes back to an older version
+                    with self.cond:
+                        for v in [v for v in self.weights if v < version]:
+                            del self.weights[v]
+                stats = RolloutStats()
+                t1 = time.perf_counter()
+                eps = self._play(b, self.runner, stats)
+                g = self.cfg.rollout.group_size
+                groups = [eps[i : i + g] for i in range(0, len(eps), g)]
+                with self.cond:
+                    self.idle_s += idle
+                self.buffer.put(Batch(b, groups, stats, time.perf_counter() - t1, idle))
+            with self.cond:  # all played: stay pausable until told to stop
+                while not self._stop:
+                    self._is_paused = True
+                    self.cond.notify_all()
+                    self.cond.wait()
+        except _Stopped:
+            return
+        except BaseException as exc:  # noqa: BLE001 (handed to the learner, which raises it)
+            self.buffer.fail(exc)
+            return
+        finally:
+            self.buffer.finish()
+
+    def _between_calls(self) -> None:
+        """Before each engine call: stop if told to; partial rollouts load newer weights."""
+        with self.cond:
+            if self._stop:
+                raise _Stopped
+        if self.partial:
+            self._apply(self.latest)
+
+    def _apply(self, version: int) -> None:
+        """Load published ``version`` into the engine (no-op when it holds it already); with
+        partial rollouts always the newest (publishing drops the older ones)."""
+        with self.cond:
+            if self.partial:
+                version = self.latest
+            if version == self.engine_version:
+                return
+            weights = self.weights[version]
+        self._load(weights)
+        self.engine_version = version
+
+    def _load_weights(self, weights: dict) -> None:
+        load_snapshot(self.engine_model, weights)
+        if self.cfg.rollout.backend != "hf":  # an engine with its own weights (vLLM)
+            self.backend.update_weights(policy_state_dict(self.engine_model))
+
+    def _play_batch(self, b: int, runner: Any, stats: RolloutStats) -> list[EpisodeResult]:
+        """Iteration ``b``'s groups (this rank's share), sampled with iteration ``b``'s seed.
+        Under torchrun each rank plays alone (no lockstep: the learner's collectives own the
+        process group), so its seed is mixed with its rank."""
+        cfg, r = self.cfg, self.cfg.rollout
+        resets, first = local_share(train_resets(cfg, b, self.train_ids), r.group_size)
+        seed = chunk_seed(cfg.seed, b, 2, *([1000 + D.rank()] if D.is_distributed() else []))
+        return runner.play(resets, temperature=r.temperature, seed=seed, traj_offset=first,
+                           stats=stats)  # fmt: skip
+
+
+def make_rollouts(cfg: TrainConfig, parts: Any) -> SyncRollouts | Producer:
+    """The iteration's episode source ``rollout.staleness`` asks for (see the module docstring)."""
+    p = parts
+    if cfg.rollout.staleness == 0:
+        return SyncRollouts(cfg, p.train_ids, p.runner, p.learner, p.backend, p.engine_model,
+                            p.model)  # fmt: skip
+    return Producer(cfg, p.train_ids, p.runner, p.learner, p.backend, p.engine_model)

@@ -1,0 +1,250 @@
+"""Asynchronous rollouts (``rollout.staleness``): the producer's staleness bound under any timing,
+its failures and shutdown, and end-to-end runs against the synchronous loop."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from types import SimpleNamespace
+
+import psutil
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentrl.backends.base import Generation
+from agentrl.config import ConfigError, TrainConfig, load_config
+from agentrl.episodes import EpisodeResult, StepRecord
+from agentrl.recipe import train
+from agentrl.training.producer import Producer, ProducerError
+
+from .helpers import SMOKE, make_cfg
+
+
+# -- the producer alone, with fake-fast engine and learner ----------------------------------------
+class _Engine:
+    """Answers every prompt at once; the weights it holds are whatever ``load`` put there."""
+
+    def __init__(self, delay: float):
+        self.delay, self.weights = delay, None
+
+    def generate(self, prompts, sampling, allowed=None):
+        time.sleep(self.delay)
+        return [Generation([7], [-0.5], extra={"held": self.weights}) for _ in prompts]
+
+    def update_weights(self, state_dict):
+        pass
+
+    def close(self):
+        pass
+
+
+def _cfg(k: int, partial: bool, iterations: int, tasks: int = 2, group: int = 2) -> TrainConfig:
+    cfg = TrainConfig()
+    cfg.rollout.staleness, cfg.rollout.partial_rollouts = k, partial
+    cfg.rollout.tasks_per_iter, cfg.rollout.group_size = tasks, group
+    cfg.trainer.iterations = iterations
+    return cfg
+
+
+def _producer(cfg, engine, steps: int, fail_at: int | None = None) -> Producer:
+    """A producer whose batches are ``steps`` engine calls for every rollout of every group."""
+
+    def play(b, runner, stats):
+        if b == fail_at:
+            raise ValueError(f"env exploded in batch {b}")
+        n = cfg.rollout.tasks_per_iter * cfg.rollout.group_size
+        eps = [EpisodeResult(g // cfg.rollout.group_size, g, "t", "c", 0) for g in range(n)]
+        for _ in range(steps):
+            for ep, gen in zip(eps, runner.backend.generate([[1]] * n, None)):
+                # the version tag is the version of the weights the engine really held
+                assert gen.extra["held"] == gen.extra["policy_version"]
+                ep.steps.append(
+                    StepRecord(
+                        [1],
+                        gen.token_ids,
+                        gen.logprobs,
+                        None,
+                        "",
+                        "a",
+                        "",
+                        "stop",
+                        "",
+                        0,
+                        0.0,
+                        True,
+                        0,
+                        policy_version=gen.extra["policy_version"],
+                    )
+                )
+        stats.episodes += n
+        return eps
+
+    learner = SimpleNamespace(version=0)
+
+    def load(weights):
+        engine.weights = weights["version"]
+
+    prod = Producer(cfg, None, SimpleNamespace(backend=engine), learner, engine, None, play=play,
+                    load=load, take_snapshot=lambda: {"version": learner.version})  # fmt: skip
+    prod.fake_learner = learner
+    return prod
+
+
+def _train(prod: Producer, iterations: int, learner_delay: float, start: int = 0) -> list:
+    """The learner's side of the recipe: take, 'update', publish; the ages of every used token."""
+    ages = []
+    prod.fake_learner.version = start
+    prod.start(start)
+    try:
+        for it in range(start, iterations):
+            eps, metrics, stats = prod.take(it)
+            assert len(eps) == prod.cfg.rollout.tasks_per_iter * prod.cfg.rollout.group_size
+            assert stats.episodes == len(eps)
+            ages.append([it - s.policy_version for ep in eps for s in ep.steps])
+            assert metrics["async/staleness_max"] == max(ages[-1])
+            time.sleep(learner_delay)
+            prod.fake_learner.version = it + 1
+            prod.publish(it + 1)
+    finally:
+        prod.close()
+    return ages
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    k=st.integers(1, 3),
+    partial=st.booleans(),
+    iterations=st.integers(1, 6),
+    steps=st.integers(1, 3),
+    slow=st.sampled_from(["learner", "producer"]),
+    start=st.integers(0, 2),
+)
+def test_no_used_token_is_more_than_k_versions_old(k, partial, iterations, steps, slow, start):
+    iterations += start
+    fast, slow_s = 0.0, 0.003
+    engine = _Engine(slow_s if slow == "producer" else fast)
+    prod = _producer(_cfg(k, partial, iterations), engine, steps)
+    ages = _train(prod, iterations, slow_s if slow == "learner" else fast, start)
+    assert len(ages) == iterations - start
+    for i, it_ages in enumerate(ages):
+        assert all(0 <= a <= k for a in it_ages)
+        if not partial:  # the fixed lag: batch b sampled wholly with version max(b - k, start)
+            assert set(it_ages) == {min(k, i)}
+    assert prod.buffer.dropped == 0  # the gate keeps every group within the bound
+    assert not any(t.name == "agentrl-producer" for t in threading.enumerate())
+
+
+def test_the_buffer_drops_and_counts_groups_older_than_k():
+    prod = _producer(_cfg(1, False, 3), _Engine(0.0), 1)
+    prod.start(0)
+    try:
+        eps, _, _ = prod.take(0)
+        # the learner skipped ahead two versions: batch 1 (version 0) is now 2 behind, dropped
+        for v in (1, 2):
+            prod.fake_learner.version = v
+            prod.publish(v)
+        eps, metrics, _ = prod.take(2)
+    finally:
+        prod.close()
+    assert metrics["async/dropped_groups"] == 2 and prod.buffer.dropped == 2
+    assert {s.policy_version for ep in eps for s in ep.steps} == {1}  # batch 2 at version 1
+
+
+def test_a_producer_that_raises_ends_the_take_with_its_message():
+    prod = _producer(_cfg(1, False, 4), _Engine(0.0), 1, fail_at=1)
+    with pytest.raises(ProducerError, match="ValueError: env exploded in batch 1"):
+        _train(prod, 4, 0.0)
+    assert not any(t.name == "agentrl-producer" for t in threading.enumerate())
+
+
+def test_a_producer_stops_mid_batch_when_closed():
+    engine = _Engine(0.05)
+    prod = _producer(_cfg(2, True, 50), engine, 20)
+    prod.start(0)
+    time.sleep(0.1)
+    t0 = time.perf_counter()
+    prod.close()
+    assert time.perf_counter() - t0 < 1.0  # at its next engine call, not after the batch
+    assert not any(t.name == "agentrl-producer" for t in threading.enumerate())
+
+
+def test_dynamic_sampling_is_refused_with_asynchronous_rollouts():
+    with pytest.raises(ConfigError, match="rollout.dynamic_sampling needs rollout.staleness=0"):
+        load_config(make_cfg("rollout.staleness=1", "rollout.dynamic_sampling=true"))
+
+
+# -- end to end --------------------------------------------------------------------------------
+def _run(tmp_path, *overrides):
+    train(load_config(make_cfg(*SMOKE, "trainer.eval_initial=false", *overrides)), tmp_path)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in rows if r["phase"] == "train"]
+
+
+def _same(a, b, rel=1e-6):
+    for k, v in a.items():
+        if k.startswith(("train/", "loss/", "credit/")):
+            assert v == pytest.approx(b[k], rel=rel, abs=1e-7), k
+
+
+def test_two_iterations_at_k1_against_the_synchronous_loop(tmp_path):
+    sync = _run(tmp_path / "sync")
+    k1 = _run(tmp_path / "k1", "rollout.staleness=1")
+    assert not any(k.startswith("async/") for k in sync[0])
+    # batch 0 is sampled with version 0 either way: the first iteration is the synchronous one
+    _same(sync[0], k1[0])
+    assert k1[0]["async/staleness_max"] == 0
+    # batch 1 was played while update 1 ran, with version 0: every token one version old
+    assert k1[1]["async/staleness_mean"] == k1[1]["async/staleness_max"] == 1
+    assert k1[1]["async/dropped_groups"] == 0
+    assert (tmp_path / "k1" / "checkpoints" / "final" / "model.safetensors").exists()
+    assert not any(t.name == "agentrl-producer" for t in threading.enumerate())
+
+
+def test_resume_at_k1_regenerates_in_flight_groups_with_the_checkpoints_weights(tmp_path):
+    """In-flight groups are not checkpointed: a resumed run plays its first batch with the
+    checkpoint's weights, as the synchronous loop resumed from there does."""
+    _run(tmp_path / "run", "rollout.staleness=1")
+    ck = tmp_path / "run" / "checkpoints" / "iter_000001" / "state.pt"
+    a = _run(tmp_path / "a", "rollout.staleness=1", f"trainer.resume={ck}")
+    b = _run(tmp_path / "b", "rollout.staleness=0", f"trainer.resume={ck}")
+    assert a[1]["async/staleness_max"] == 0
+    _same(a[1], b[1])
+
+
+def test_a_failing_producer_ends_the_run_with_its_message_and_leaves_nothing(tmp_path, monkeypatch):
+    real = Producer._play_batch
+
+    def boom(self, b, runner, stats):
+        if b == 1:
+            raise RuntimeError("the env server went away")
+        return real(self, b, runner, stats)
+
+    monkeypatch.setattr(Producer, "_play_batch", boom)
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with pytest.raises(ProducerError, match="the env server went away"):
+        _run(tmp_path, "rollout.staleness=1", "env.num_workers=1")
+    assert not any(t.name == "agentrl-producer" for t in threading.enumerate())
+    # multiprocessing's forkserver and resource tracker serve the whole interpreter: not ours
+    shared = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
+    left = [
+        p
+        for p in psutil.Process().children(recursive=True)
+        if p.pid not in before and not any(x in " ".join(p.cmdline()) for x in shared)
+    ]
+    _, alive = psutil.wait_procs(left, timeout=30)
+    alive = [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, [" ".join(p.cmdline()) for p in alive]
+
+
+def test_ctrl_c_in_the_learner_stops_the_producer(tmp_path, monkeypatch):
+    from agentrl.learner import Learner
+
+    def interrupted(self, *a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Learner, "update", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path, "rollout.staleness=2")
+    assert not any(t.name == "agentrl-producer" for t in threading.enumerate())
