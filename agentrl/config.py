@@ -402,7 +402,9 @@ class RolloutConfig:
     # vLLM engine (rollout=vllm; see docs/vllm.md)
     dtype: str = opt("auto", "vllm: engine dtype (auto: the checkpoint's)")
     max_model_len: int | None = opt(
-        None, "vllm: context in tokens (null: the model's)", optional(num(1))
+        None,
+        "vllm: context in tokens (null: the model's, or the longest one the KV budget holds)",
+        optional(num(1)),
     )
     kv_cache_memory_bytes: int | None = opt(
         134217728,
