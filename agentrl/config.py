@@ -420,6 +420,11 @@ class RolloutConfig:
         None, "vllm: free the engine's GPU memory during updates (null: where supported)"
     )
     max_num_seqs: int = opt(256, "vllm: requests batched per engine step", num(1))
+    lora_sync: str = opt(
+        "adapter",
+        "vllm with model.lora.enabled: adapter (the engine serves the base model plus the LoRA adapter; each sync sends the adapter only) or merged (each sync sends the full merged weights)",
+        one_of("adapter", "merged"),
+    )
     engine_kwargs: dict[str, Any] = opt(
         help="vllm: any other vllm.LLM argument, passed as is", factory=dict
     )

