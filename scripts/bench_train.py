@@ -7,6 +7,12 @@
         runs the trainer (no evaluation) for a few iterations and prints the mean time per
         iteration (wall and CPU, split rollout / credit / update) and the process's peak RSS.
 
+    python scripts/bench_train.py sync [--rank 16] [--repeats 3]
+        vLLM weight sync of model=smollm2-135m with LoRA (all linear layers): seconds and bytes
+        per sync with rollout.lora_sync=merged (full merged weights) and =adapter (the adapter
+        alone), each on its own engine, median of --repeats; and the engine's tokens/s with
+        each (the adapter costs the engine extra compute per token).
+
 Torch runs on one thread unless ``--threads`` says otherwise (the trainer's default).
 """
 
@@ -58,6 +64,66 @@ def bench_rollout(args) -> dict:
         n = sum(len(g.token_ids) for g in gens)
         out[f"tokens_per_s_batch{batch}"] = n / statistics.median(times)
     out["ratio_batch64_over_batch1"] = out["tokens_per_s_batch64"] / out["tokens_per_s_batch1"]
+    out["peak_rss_mb"] = peak_rss_mb()
+    return out
+
+
+def bench_sync(args) -> dict:
+    import torch
+
+    from agentrl.backends.base import SamplingParams
+    from agentrl.backends.vllm_engine import VLLMBackend, VLLMConfig
+    from agentrl.learner.weights import adapter_weights, policy_state_dict
+    from agentrl.models import apply_lora, load_model
+
+    model, tok, path = load_model(args.model)
+    lora = apply_lora(model, r=args.rank, alpha=2 * args.rank)
+    with torch.no_grad():  # a trained-looking adapter (B = 0 at init would merge to the base)
+        gen = torch.Generator().manual_seed(0)
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 1e-3)
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "#####\n#OP_#\n#X__#\n#___#\n#####"}],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    ids = tok(prompt, add_special_tokens=False)["input_ids"]
+    sp = SamplingParams(max_new_tokens=32, stop_token_ids=(), seed=0)
+    out: dict = {"model": args.model, "lora_rank": args.rank, "threads": torch.get_num_threads()}
+    for mode in ("merged", "adapter"):
+        cfg = VLLMConfig(model=path, kv_cache_memory_bytes=128 << 20,
+                         lora_rank=args.rank if mode == "adapter" else None)  # fmt: skip
+        engine = VLLMBackend(cfg)
+        prep, sync, nbytes = [], [], 0
+        try:
+            for _ in range(args.repeats):
+                t = time.perf_counter()
+                if mode == "adapter":
+                    a = adapter_weights(lora)
+                    prep.append(time.perf_counter() - t)
+                    engine.update_adapter(a.tensors, a.config)
+                else:
+                    sd = policy_state_dict(lora)
+                    prep.append(time.perf_counter() - t)
+                    engine.update_weights(sd)
+                sync.append(engine.last_sync_seconds)
+                nbytes = engine.last_sync_bytes
+            engine.generate([ids] * 4, SamplingParams(max_new_tokens=2, seed=0))  # warm-up
+            t = time.perf_counter()
+            gens = engine.generate([ids] * args.batch, sp)
+            gen_s = time.perf_counter() - t
+        finally:
+            engine.close()
+        out[mode] = {
+            "bytes": nbytes,
+            "prepare_s": statistics.median(prep),  # merge / copy the adapter out of the model
+            "engine_s": statistics.median(sync),  # what the engine takes to load them
+            "total_s": statistics.median(p + s for p, s in zip(prep, sync)),
+            f"tokens_per_s_batch{args.batch}": sum(len(g.token_ids) for g in gens) / gen_s,
+        }
+    out["bytes_ratio_merged_over_adapter"] = out["merged"]["bytes"] / out["adapter"]["bytes"]
+    out["time_ratio_merged_over_adapter"] = out["merged"]["total_s"] / out["adapter"]["total_s"]
     out["peak_rss_mb"] = peak_rss_mb()
     return out
 
@@ -123,6 +189,12 @@ def main() -> int:
     r.add_argument("--tokens", type=int, default=32)
     r.add_argument("--repeats", type=int, default=3)
     r.add_argument("--threads", type=int, default=1)
+    sy = sub.add_parser("sync")
+    sy.add_argument("--model", default="smollm2-135m")
+    sy.add_argument("--rank", type=int, default=16)
+    sy.add_argument("--repeats", type=int, default=3)
+    sy.add_argument("--batch", type=int, default=16)
+    sy.add_argument("--threads", type=int, default=1)
     it = sub.add_parser("iteration")
     it.add_argument("--iterations", type=int, default=3)
     it.add_argument("--threads", type=int, default=1)
@@ -131,7 +203,8 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    result = bench_rollout(args) if args.what == "rollout" else bench_iteration(args)
+    bench = {"rollout": bench_rollout, "sync": bench_sync, "iteration": bench_iteration}
+    result = bench[args.what](args)
     print(json.dumps(result, indent=1))
     return 0
 
