@@ -13,6 +13,18 @@
         alone), each on its own engine, median of --repeats; and the engine's tokens/s with
         each (the adapter costs the engine extra compute per token).
 
+    python scripts/bench_train.py update [--full] [--no-checkpointing] [--seqs 16] [--threads 1]
+        one PPO update (trainer defaults, epochs 1) of model=smollm2-135m on synthetic step
+        sequences (prompts of 180-230 tokens, responses of 4-16), as model FLOP/s against a
+        dense float32 torch.mm peak (2048^3) measured in the same process and thread count,
+        before and after the update. FLOPs, counted on real (unpadded) tokens, recomputation
+        not counted: forward 2 x N_layers x tokens + 2 x hidden x vocab per LM-head column
+        (R + 1 per row: logits_to_keep) + causal attention 2 x 2 x layers x d_attn x L(L+1)/2
+        per row; training multiplies the weight matmuls by 3 where the weights train (full
+        fine-tuning: forward, input gradient, weight gradient) and by 2 where they are frozen
+        (LoRA: no weight gradient), LoRA's own matmuls by 3, attention by 3. Also reports the
+        padding fraction of the micro-batches.
+
 Torch runs on one thread unless ``--threads`` says otherwise (the trainer's default).
 """
 
@@ -128,6 +140,98 @@ def bench_sync(args) -> dict:
     return out
 
 
+def matmul_peak(n: int = 2048, repeats: int = 3) -> float:
+    """Dense float32 torch.mm FLOP/s (best of ``repeats``) at this process's thread count."""
+    import torch
+
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best
+
+
+def update_flops(model, seqs, lora: bool) -> float:
+    """Model FLOPs of one forward + backward over ``seqs`` (see ``update`` in the docstring)."""
+    cfg = model.config
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    layers = base.model.layers
+    lora_n = sum(p.numel() for n, p in layers.named_parameters() if "lora_" in n)
+    body_n = sum(p.numel() for n, p in layers.named_parameters() if "lora_" not in n)
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    d_attn = cfg.num_attention_heads * head_dim
+    w = 2 if lora else 3  # frozen weights: forward + input gradient; trained: + weight gradient
+    total = 0.0
+    for s in seqs:
+        L, k = len(s.prompt_ids) + len(s.response_ids), len(s.response_ids) + 1
+        total += w * 2 * body_n * L + 3 * 2 * lora_n * L
+        total += w * 2 * cfg.hidden_size * cfg.vocab_size * k  # LM head, tied to the embedding
+        total += 3 * 2 * 2 * cfg.num_hidden_layers * d_attn * L * (L + 1) / 2
+    return total
+
+
+def bench_update(args) -> dict:
+    import numpy as np
+    import torch
+
+    from agentrl.config import LearnerConfig
+    from agentrl.learner import Learner, StepSequence
+    from agentrl.learner.update import plan_micro_batches
+    from agentrl.models import apply_lora, load_model
+
+    model, tok, _ = load_model(args.model)
+    if not args.no_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if not args.full:
+        model = apply_lora(model, r=16, alpha=32)
+    rng = np.random.default_rng(0)
+    V = model.config.vocab_size
+    seqs = []
+    for i in range(args.seqs):
+        p, r = int(rng.integers(180, 231)), int(rng.integers(4, 17))
+        ids = rng.integers(0, V, p + r).tolist()
+        seqs.append(StepSequence(ids[:p], ids[p:], [-1.0] * r, i))
+    cfg = LearnerConfig(lr=1e-5, epochs=1, micro_batch_tokens=args.micro_batch_tokens,
+                        entropy_coef=0.0)  # fmt: skip
+    learner = Learner(model, cfg, tok.pad_token_id)
+    adv = rng.normal(size=len(seqs)).astype(np.float32)
+    mbs = plan_micro_batches(
+        seqs, np.arange(len(seqs)), cfg.micro_batch_size, cfg.micro_batch_tokens
+    )
+    real = sum(len(s.prompt_ids) + len(s.response_ids) for s in seqs)
+    padded = 0
+    for mb in mbs:
+        P = max(len(seqs[i].prompt_ids) for i in mb)
+        R = max(len(seqs[i].response_ids) for i in mb)
+        padded += len(mb) * (P + R)
+    flops = update_flops(model, seqs, lora=not args.full)
+    peak_before = matmul_peak()
+    t = time.perf_counter()
+    learner.update(seqs, adv)
+    upd_s = time.perf_counter() - t
+    peak_after = matmul_peak()
+    peak = max(peak_before, peak_after)
+    return {
+        "model": args.model,
+        "mode": "full" if args.full else "lora r16",
+        "gradient_checkpointing": not args.no_checkpointing,
+        "threads": torch.get_num_threads(),
+        "sequences": len(seqs),
+        "tokens": real,
+        "micro_batches": len(mbs),
+        "padding_fraction": 1 - real / padded,
+        "update_s": upd_s,
+        "model_gflop": flops / 1e9,
+        "model_gflops_per_s": flops / upd_s / 1e9,
+        "matmul_gflops_per_s_before_after": [peak_before / 1e9, peak_after / 1e9],
+        "ratio_to_matmul_peak": flops / upd_s / peak,
+        "peak_rss_mb": peak_rss_mb(),
+    }
+
+
 def bench_iteration(args) -> dict:
     from hydra import compose, initialize_config_module
 
@@ -195,6 +299,13 @@ def main() -> int:
     sy.add_argument("--repeats", type=int, default=3)
     sy.add_argument("--batch", type=int, default=16)
     sy.add_argument("--threads", type=int, default=1)
+    up = sub.add_parser("update")
+    up.add_argument("--model", default="smollm2-135m")
+    up.add_argument("--full", action="store_true", help="full fine-tuning (default: LoRA r 16)")
+    up.add_argument("--no-checkpointing", action="store_true")
+    up.add_argument("--seqs", type=int, default=16)
+    up.add_argument("--micro-batch-tokens", type=int, default=2048)
+    up.add_argument("--threads", type=int, default=1)
     it = sub.add_parser("iteration")
     it.add_argument("--iterations", type=int, default=3)
     it.add_argument("--threads", type=int, default=1)
@@ -203,7 +314,8 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    bench = {"rollout": bench_rollout, "sync": bench_sync, "iteration": bench_iteration}
+    bench = {"rollout": bench_rollout, "sync": bench_sync, "update": bench_update,
+             "iteration": bench_iteration}  # fmt: skip
     result = bench[args.what](args)
     print(json.dumps(result, indent=1))
     return 0
