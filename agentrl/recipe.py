@@ -64,6 +64,7 @@ from .training.checkpoint import (
     save_checkpoint,
     save_model,
 )
+from .training.engine_sync import adapter_rank, sync_engine
 from .training.interrupt import Interrupted, interrupts
 from .training.iteration import credit_options, features, held_out_resets, train_row
 from .training.producer import make_rollouts
@@ -131,7 +132,7 @@ def build(cfg: TrainConfig) -> Parts:
     else:
         learner = Learner(model, t, tok.pad_token_id, **kw)
     backend = make_backend(asdict(r), engine_model or model, tok, model_path=model_path,
-                           seed=cfg.seed)  # fmt: skip
+                           seed=cfg.seed, lora_rank=adapter_rank(cfg))  # fmt: skip
     n_groups = len(D.shard_groups(r.tasks_per_iter))  # this rank's groups (all in one process)
     pool = make_pool([EnvSpec(e.id, dict(e.kwargs))] * (n_groups * r.group_size),
                      num_workers=e.num_workers, step_timeout=e.step_timeout,
@@ -177,6 +178,9 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
             list(state["history"]),
             state.get("initial_eval"),
         )
+        if p.engine_model is not None:
+            learner.sync_to(p.engine_model)
+        sync_engine(cfg, p.backend, p.engine_model or model)  # the engine started from the base
         if main:
             print(f"resumed from {t.resume} at iteration {start}")
     if main:  # rank 0 writes; the other ranks keep the history only
@@ -265,11 +269,11 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
                                                  seed=chunk_seed(cfg.seed, it, 3), **kw)  # fmt: skip
                         except FloatingPointError as exc:  # NonFiniteError included
                             raise TrainingStopped(f"iteration {it}: {exc}") from exc
-                        rollouts.publish(it + 1)  # policy version it + 1 (k >= 1: a copy)
+                        synced = rollouts.publish(it + 1)  # version it + 1 (k >= 1: a copy)
                     errs = error_metrics(stats.env_errors, stats.env_restarts, stats.env_replayed)
                     row = train_row(it, DP.gather_episodes(eps), batch.group, stats, res,
                                     upd, t_roll, t_credit, t_upd,
-                                    {**roll_metrics, **tok_metrics, **errs})  # 5. log  # fmt: skip
+                                    {**roll_metrics, **tok_metrics, **errs, **synced})  # 5. log  # fmt: skip
                     row = DP.reduce_times(row)
                     log(row)
                     progress.update(it + 1, row)

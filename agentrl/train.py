@@ -52,7 +52,7 @@ def main(raw: DictConfig) -> None:
     except Interrupted as exc:  # a checkpoint and the summary of what was done are written
         print(getattr(exc, "line", str(exc)), file=sys.stderr)
         sys.exit(exc.exit_code)
-    except (CheckpointError, ConfigError) as exc:  # a checkpoint or the model's LoRA targets
+    except (CheckpointError, ConfigError) as exc:  # a checkpoint, LoRA targets, the vLLM engine
         print(exc, file=sys.stderr)
         sys.exit(2)
 

@@ -1,6 +1,6 @@
 """vLLM rollouts against the learner: multi-turn Sokoban episodes sampled by vLLM on the embedded
 tiny model score the same under the learner's recomputation, before and after a PPO update
-synced into the engine (full weights, and LoRA merged)."""
+synced into the engine (full weights, LoRA merged, and the LoRA adapter alone)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from agentrl.backends import make_backend  # noqa: E402
 from agentrl.backends.base import SamplingParams  # noqa: E402
 from agentrl.backends.vllm_engine import VLLMBackend  # noqa: E402
 from agentrl.learner import Learner, LearnerConfig  # noqa: E402
-from agentrl.learner.weights import policy_state_dict  # noqa: E402
+from agentrl.learner.weights import adapter_weights, policy_state_dict  # noqa: E402
 from agentrl.models import apply_lora, load_model  # noqa: E402
 from agentrl.pool import EnvPool, EnvSpec  # noqa: E402
 from agentrl.rollout import (  # noqa: E402
@@ -145,6 +145,43 @@ def test_lora_learner_sync_merged(engine, policy, pool):
         base.load_state_dict(initial)
         with torch.no_grad():
             engine.update_weights(base.state_dict())
+
+
+def test_lora_learner_sync_adapter(policy, pool):
+    """rollout.lora_sync=adapter: the engine serves the base model plus the adapter, each sync
+    sends the adapter only, and the sampled log-probs are the learner's, sync after sync."""
+    model, tok, path = policy
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    lora = apply_lora(model, r=4, alpha=8, target_modules="q_proj,v_proj")
+    engine = make_backend(ROLLOUT_CFG, lora, tok, model_path=path, seed=0, lora_rank=4)
+    try:
+        learner = Learner(
+            lora,
+            LearnerConfig(
+                lr=5e-2, epochs=1, minibatch_size=64, micro_batch_size=64, entropy_coef=0.0
+            ),
+            pad_token_id=tok.pad_token_id,
+            temperature=TEMPERATURE,
+        )
+        seqs = _rollout(engine, tok, pool, True, seed=3)  # no adapter yet: the base (B = 0)
+        assert _max_gap(learner, seqs) < 1e-3
+        full = sum(v.numel() * v.element_size() for v in policy_state_dict(lora).values())
+        for k in range(2):
+            adv = np.random.default_rng(k).normal(size=len(seqs)).astype(np.float32)
+            learner.update(seqs, adv)
+            assert _max_gap(learner, seqs) > 1e-3
+            a = adapter_weights(lora)
+            engine.update_adapter(a.tensors, a.config)
+            assert engine.last_sync_bytes == a.nbytes < full / 10
+            assert engine._llm.llm_engine.list_loras() == {k + 1}  # the previous one is gone
+            seqs = _rollout(engine, tok, pool, True, seed=4 + k)
+            assert _max_gap(learner, seqs) < 1e-3
+        with pytest.raises(ValueError, match="LoRA tensors only"):
+            engine.update_adapter({"model.embed_tokens.weight": torch.zeros(1)}, a.config)
+    finally:
+        engine.close()
+        base = lora.unload() if hasattr(lora, "unload") else lora.get_base_model()
+        base.load_state_dict(initial)
 
 
 def test_prompt_longer_than_the_engine_context_ends_the_episode_truncated(engine, policy, pool):

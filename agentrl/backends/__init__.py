@@ -5,7 +5,8 @@
 
 - ``hf``: :class:`agentrl.backends.hf.HFBackend`, sharing the learner's module (no weight copy);
 - ``vllm``: ``agentrl.backends.vllm_engine.VLLMBackend.from_config(cfg, model_path=...,
-  tokenizer=..., seed=...)``, imported only when selected (vLLM is an optional install).
+  tokenizer=..., seed=..., lora_rank=...)``, imported only when selected (vLLM is an optional
+  install); ``lora_rank`` makes it serve the base model plus a LoRA adapter.
 """
 
 from __future__ import annotations
@@ -21,9 +22,16 @@ BACKENDS = ("hf", "vllm")
 
 
 def make_backend(
-    cfg: Any, model: Any, tokenizer: Any, *, model_path: str | None = None, seed: int = 0
+    cfg: Any,
+    model: Any,
+    tokenizer: Any,
+    *,
+    model_path: str | None = None,
+    seed: int = 0,
+    lora_rank: int | None = None,
 ) -> Backend:
-    """The generation backend selected by ``cfg.backend``."""
+    """The generation backend selected by ``cfg.backend`` (``lora_rank``: vllm only, serve the
+    base model plus a LoRA adapter of that rank, synced with ``update_adapter``)."""
     name = cfg.get("backend", "hf") if hasattr(cfg, "get") else getattr(cfg, "backend", "hf")
     if name == "hf":
         tokens = cfg.get("max_batch_tokens", None)
@@ -39,5 +47,7 @@ def make_backend(
             from .vllm_engine import VLLMBackend
         except ImportError as exc:
             raise ImportError(f"rollout.backend=vllm needs vLLM installed ({exc})") from exc
-        return VLLMBackend.from_config(cfg, model_path=model_path, tokenizer=tokenizer, seed=seed)
+        return VLLMBackend.from_config(
+            cfg, model_path=model_path, tokenizer=tokenizer, seed=seed, lora_rank=lora_rank
+        )
     raise ValueError(f"rollout.backend must be one of {', '.join(BACKENDS)}, got {name!r}")

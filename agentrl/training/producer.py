@@ -65,9 +65,9 @@ import torch
 from .. import distributed as D
 from ..backends.base import Generation, SamplingParams
 from ..config import TrainConfig
-from ..learner.weights import policy_state_dict
 from ..rollout import EpisodeResult, RolloutStats, chunk_seed
 from .data_parallel import local_share
+from .engine_sync import sync_engine
 from .iteration import play_iteration, train_resets
 
 __all__ = [
@@ -112,12 +112,11 @@ class SyncRollouts:
         eps, metrics = play_iteration(self.cfg, it, self.train_ids, self.runner, stats)
         return eps, metrics, stats
 
-    def publish(self, version: int) -> None:
-        """The learner's new weights into the engine."""
+    def publish(self, version: int) -> dict[str, float]:
+        """The learner's new weights into the engine; the sync's metrics (seconds, bytes)."""
         if self.engine_model is not None:  # torchrun: full weights into the engine's copy
             self.learner.sync_to(self.engine_model)
-        if self.cfg.rollout.backend != "hf":  # the hf engine samples from the learner's own model
-            self.backend.update_weights(policy_state_dict(self.engine_model or self.model))
+        return sync_engine(self.cfg, self.backend, self.engine_model or self.model)
 
     def paused(self) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
@@ -320,8 +319,9 @@ class Producer:
         self._thread = threading.Thread(target=self._run, name="agentrl-producer", daemon=True)
         self._thread.start()
 
-    def publish(self, version: int) -> None:
-        """Hand the producer the learner's weights as ``version`` (a copy; returns at once)."""
+    def publish(self, version: int) -> dict[str, float]:
+        """Hand the producer the learner's weights as ``version`` (a copy; returns at once; the
+        producer's engine syncs are not timed into the learner's rows: ``{}``)."""
         weights = self._snapshot()
         with self.cond:
             self.weights[version] = weights
@@ -459,8 +459,7 @@ class Producer:
 
     def _load_weights(self, weights: dict) -> None:
         load_snapshot(self.engine_model, weights)
-        if self.cfg.rollout.backend != "hf":  # an engine with its own weights (vLLM)
-            self.backend.update_weights(policy_state_dict(self.engine_model))
+        sync_engine(self.cfg, self.backend, self.engine_model)  # vLLM: its own weights (or adapter)
 
     def _play_batch(self, b: int, runner: Any, stats: RolloutStats) -> list[EpisodeResult]:
         """Iteration ``b``'s groups (this rank's share), sampled with iteration ``b``'s seed.
