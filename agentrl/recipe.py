@@ -178,9 +178,10 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
             list(state["history"]),
             state.get("initial_eval"),
         )
-        if p.engine_model is not None:
-            learner.sync_to(p.engine_model)
-        sync_engine(cfg, p.backend, p.engine_model or model)  # the engine started from the base
+        if r.staleness == 0:  # the engine started from the base (a producer loads them itself)
+            if p.engine_model is not None:  # torchrun: the engine's unsharded copy
+                learner.sync_to(p.engine_model)
+            sync_engine(cfg, p.backend, p.engine_model or model)
         if main:
             print(f"resumed from {t.resume} at iteration {start}")
     if main:  # rank 0 writes; the other ranks keep the history only

@@ -316,7 +316,10 @@ class Producer:
         self.start_it = it
         self.publish(it)
         self._apply(it)  # the engine starts from the learner's weights (a resumed run's too)
-        self._thread = threading.Thread(target=self._run, name="agentrl-producer", daemon=True)
+        threads = torch.get_num_threads()  # the run's torch threads (trainer.num_threads)
+        self._thread = threading.Thread(
+            target=self._run, args=(threads,), name="agentrl-producer", daemon=True
+        )
         self._thread.start()
 
     def publish(self, version: int) -> dict[str, float]:
@@ -330,6 +333,7 @@ class Producer:
                 for v in [v for v in self.weights if v < version]:
                     del self.weights[v]
             self.cond.notify_all()
+        return {}
 
     def take(self, it: int) -> tuple[list[EpisodeResult], dict[str, float], RolloutStats]:
         """Iteration ``it``'s groups (the learner holds version ``it``), its metrics and counts."""
@@ -396,7 +400,10 @@ class Producer:
     def _alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def _run(self) -> None:
+    def _run(self, threads: int) -> None:
+        # a new thread starts with OpenMP's default team size, not the run's: vLLM's CPU attention
+        # refuses a batch planned with one thread count and run with another
+        torch.set_num_threads(threads)
         try:
             for b in range(self.start_it, self.cfg.trainer.iterations):
                 t0 = time.perf_counter()
