@@ -143,7 +143,7 @@ def test_updates_move_the_weights(tiny_path, two_ranks):
         learner, _ = W.make_learner(tiny_path, name, sharded=False)
         before = W.full_params(learner)
         moved = max(float((single[name]["params"][k] - before[k]).abs().max()) for k in before)
-        assert moved > 20 * ATOL, name  # an Adam step moves weights by ~lr = 50 * ATOL
+        assert moved > 10 * ATOL, name  # an Adam step moves weights by ~lr = 20 * ATOL
 
 
 def test_rollout_replica_gets_the_sharded_weights(two_ranks):
