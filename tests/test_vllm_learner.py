@@ -143,45 +143,9 @@ def test_lora_learner_sync_merged(engine, policy, pool):
     finally:
         base = lora.unload() if hasattr(lora, "unload") else lora.get_base_model()
         base.load_state_dict(initial)
+        base.requires_grad_(True)  # LoRA froze the base: the module's later tests train it
         with torch.no_grad():
             engine.update_weights(base.state_dict())
-
-
-def test_lora_learner_sync_adapter(policy, pool):
-    """rollout.lora_sync=adapter: the engine serves the base model plus the adapter, each sync
-    sends the adapter only, and the sampled log-probs are the learner's, sync after sync."""
-    model, tok, path = policy
-    initial = {k: v.clone() for k, v in model.state_dict().items()}
-    lora = apply_lora(model, r=4, alpha=8, target_modules="q_proj,v_proj")
-    engine = make_backend(ROLLOUT_CFG, lora, tok, model_path=path, seed=0, lora_rank=4)
-    try:
-        learner = Learner(
-            lora,
-            LearnerConfig(
-                lr=5e-2, epochs=1, minibatch_size=64, micro_batch_size=64, entropy_coef=0.0
-            ),
-            pad_token_id=tok.pad_token_id,
-            temperature=TEMPERATURE,
-        )
-        seqs = _rollout(engine, tok, pool, True, seed=3)  # no adapter yet: the base (B = 0)
-        assert _max_gap(learner, seqs) < 1e-3
-        full = sum(v.numel() * v.element_size() for v in policy_state_dict(lora).values())
-        for k in range(2):
-            adv = np.random.default_rng(k).normal(size=len(seqs)).astype(np.float32)
-            learner.update(seqs, adv)
-            assert _max_gap(learner, seqs) > 1e-3
-            a = adapter_weights(lora)
-            engine.update_adapter(a.tensors, a.config)
-            assert engine.last_sync_bytes == a.nbytes < full / 10
-            assert engine._llm.llm_engine.list_loras() == {k + 1}  # the previous one is gone
-            seqs = _rollout(engine, tok, pool, True, seed=4 + k)
-            assert _max_gap(learner, seqs) < 1e-3
-        with pytest.raises(ValueError, match="LoRA tensors only"):
-            engine.update_adapter({"model.embed_tokens.weight": torch.zeros(1)}, a.config)
-    finally:
-        engine.close()
-        base = lora.unload() if hasattr(lora, "unload") else lora.get_base_model()
-        base.load_state_dict(initial)
 
 
 def test_prompt_longer_than_the_engine_context_ends_the_episode_truncated(engine, policy, pool):
@@ -231,3 +195,43 @@ def test_engine_learner_mismatch_is_measured_small_and_nonzero(engine, policy, p
     finally:
         model.load_state_dict(initial)
         engine.update_weights(model.state_dict())
+
+
+# Last in the module: closing a second engine tears down vLLM's process-wide parallel state, which
+# the module's shared engine needs (a test after this one would find it gone).
+def test_lora_learner_sync_adapter(policy, pool):
+    """rollout.lora_sync=adapter: the engine serves the base model plus the adapter, each sync
+    sends the adapter only, and the sampled log-probs are the learner's, sync after sync."""
+    model, tok, path = policy
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    lora = apply_lora(model, r=4, alpha=8, target_modules="q_proj,v_proj")
+    engine = make_backend(ROLLOUT_CFG, lora, tok, model_path=path, seed=0, lora_rank=4)
+    try:
+        learner = Learner(
+            lora,
+            LearnerConfig(
+                lr=5e-2, epochs=1, minibatch_size=64, micro_batch_size=64, entropy_coef=0.0
+            ),
+            pad_token_id=tok.pad_token_id,
+            temperature=TEMPERATURE,
+        )
+        seqs = _rollout(engine, tok, pool, True, seed=3)  # no adapter yet: the base (B = 0)
+        assert _max_gap(learner, seqs) < 1e-3
+        full = sum(v.numel() * v.element_size() for v in policy_state_dict(lora).values())
+        for k in range(2):
+            adv = np.random.default_rng(k).normal(size=len(seqs)).astype(np.float32)
+            learner.update(seqs, adv)
+            assert _max_gap(learner, seqs) > 1e-3
+            a = adapter_weights(lora)
+            engine.update_adapter(a.tensors, a.config)
+            assert engine.last_sync_bytes == a.nbytes < full / 10
+            assert engine._llm.llm_engine.list_loras() == {k + 1}  # the previous one is gone
+            seqs = _rollout(engine, tok, pool, True, seed=4 + k)
+            assert _max_gap(learner, seqs) < 1e-3
+        with pytest.raises(ValueError, match="LoRA tensors only"):
+            engine.update_adapter({"model.embed_tokens.weight": torch.zeros(1)}, a.config)
+    finally:
+        engine.close()
+        base = lora.unload() if hasattr(lora, "unload") else lora.get_base_model()
+        base.load_state_dict(initial)
+        base.requires_grad_(True)  # LoRA froze the base: the module's later tests train it

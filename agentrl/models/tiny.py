@@ -38,7 +38,7 @@ __all__ = [
     "tiny_corpus",
 ]
 
-RECIPE_VERSION = 2
+RECIPE_VERSION = 3  # 3: the chat template is tool-aware (same weights and tokenizer)
 
 #: Chat-format tokens (special: never produced by the BPE) and response tags (added tokens: one
 #: id each, decoded as text, so the action parser sees them).
