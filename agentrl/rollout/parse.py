@@ -131,7 +131,9 @@ def action_token_counter(tokenizer: Any, fmt: ActionFormat) -> Callable[[str], i
     stop = 0 if tokenizer.eos_token_id is None else 1
 
     def count(action: str) -> int:
-        texts = fmt.renders(action) or [action]  # a format not bound to the env's tools: as is
+        texts = fmt.renders(action)
+        if not texts:  # e.g. a tool-call format not bound to the env's tools (fmt.bind(info))
+            raise ValueError(f"the action format cannot write {action!r}: is it bound to the env?")
         return max(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts) + stop
 
     return count
