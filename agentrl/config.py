@@ -326,6 +326,11 @@ class ModelConfig:
         optional(num(1)),
     )
     max_prompt_tokens: int = opt(512, "prompt token cap (oldest history dropped first)", num(1))
+    num_threads: int | None = opt(
+        1,
+        "torch CPU threads that suit the model (null: torch's default, every core; trainer=default takes it)",
+        optional(num(1)),
+    )
     gradient_checkpointing: bool = opt(
         False, "recompute activations in the backward pass (less memory, ~30 % more compute)"
     )
@@ -739,7 +744,11 @@ class TrainerConfig(LearnerConfig):
 
     iterations: int = opt(100, "rollout -> credit -> update cycles (>= 1)", some_iterations)
     device: str = opt("auto", "auto: cuda if available, else cpu", device_name)
-    num_threads: int | None = opt(1, "torch CPU threads (null: torch's default)", optional(num(1)))
+    num_threads: int | None = opt(
+        1,
+        "torch CPU threads (null: torch's default; trainer=default takes model.num_threads)",
+        optional(num(1)),
+    )
     eval_every: int = opt(
         25, "held-out evaluation every N iterations (0: only before and after)", num(0)
     )

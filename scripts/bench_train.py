@@ -1,8 +1,10 @@
 """Trainer benchmarks: HF rollout throughput, and time / peak memory per training iteration.
 
     python scripts/bench_train.py rollout [--model tiny|smollm2-135m] [--tokens 32]
-        tokens/s of the HF backend at batch 1 and 64 (free sampling, no stop token), and the
-        ratio batch-64 / batch-1 measured in the same process.
+            [--batch 1,64] [--prompt grid|preset] [--vllm]
+        tokens/s of the HF backend at each batch (free sampling, no stop token), the ratio of the
+        last batch to the first, and with --vllm the same for a vLLM engine (max_model_len 2048,
+        512 MiB KV cache) and vLLM / hf per batch, all in one process.
     python scripts/bench_train.py iteration [--iterations 3] [hydra overrides ...]
         runs the trainer (no evaluation) for a few iterations and prints the mean time per
         iteration (wall and CPU, split rollout / credit / update) and the process's peak RSS.
@@ -44,38 +46,80 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def _rollout_prompt(tok, kind: str) -> list[int]:
+    """Prompt ids: ``grid`` (one Sokoban room, the tiny model's prompt) or ``preset`` (the
+    SmolLM2 preset's shape: the env's instruction as a system turn, the room, the action list)."""
+    room = "#####\n#___#\n#OX_#\n#__P#\n#####"
+    if kind == "grid":
+        messages = [{"role": "user", "content": room}]
+    else:
+        from agentrl import envs
+
+        env = envs.make("Sokoban-v0", dim_room=5, num_boxes=1, open_room=True, search_depth=1)
+        obs, info = env.reset(seed=1)
+        actions = ", ".join(info["admissible_actions"])
+        messages = [
+            {"role": "system", "content": info["instruction"]},
+            {
+                "role": "user",
+                "content": f"Current observation:\n{obs}\nAdmissible actions: {actions}",
+            },
+        ]
+    prompt = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return tok(prompt, add_special_tokens=False)["input_ids"]
+
+
+def _throughput(backend, ids: list[int], batch: int, tokens: int, repeats: int) -> dict:
+    from agentrl.backends.base import SamplingParams
+
+    backend.generate([ids] * min(batch, 4), SamplingParams(max_new_tokens=2, seed=0))  # warm-up
+    times, n = [], 0
+    for r in range(repeats):
+        sp = SamplingParams(max_new_tokens=tokens, stop_token_ids=(), seed=r)
+        t = time.perf_counter()
+        gens = backend.generate([ids] * batch, sp)
+        times.append(time.perf_counter() - t)
+        n = sum(len(g.token_ids) for g in gens)
+    return {"seconds": statistics.median(times), "tokens_per_s": n / statistics.median(times)}
+
+
 def bench_rollout(args) -> dict:
+    """Generation throughput of the hf backend (and with ``--vllm`` of vLLM, same prompts and
+    batches, one process: hf first, then the engine) in new tokens per second."""
     import torch
 
-    from agentrl.backends.base import SamplingParams
     from agentrl.backends.hf import HFBackend
     from agentrl.models import load_model
 
-    model, tok, _ = load_model(args.model)
-    prompt = tok.apply_chat_template(
-        [{"role": "user", "content": "#####\n#OP_#\n#X__#\n#___#\n#####"}],
-        add_generation_prompt=True,
-        tokenize=False,
-    )
-    ids = tok(prompt, add_special_tokens=False)["input_ids"]
-    backend = HFBackend(model, tok.pad_token_id, max_batch_size=256)
-    out = {
-        "model": args.model,
-        "new_tokens": args.tokens,
-        "prompt_tokens": len(ids),
-        "threads": torch.get_num_threads(),
-    }
-    sp = SamplingParams(max_new_tokens=args.tokens, stop_token_ids=(), seed=0)
-    backend.generate([ids], SamplingParams(max_new_tokens=2, seed=0))  # warm-up
-    for batch in (1, 64):
-        times = []
-        for r in range(args.repeats):
-            t = time.perf_counter()
-            gens = backend.generate([ids] * batch, SamplingParams(**{**sp.__dict__, "seed": r}))
-            times.append(time.perf_counter() - t)
-        n = sum(len(g.token_ids) for g in gens)
-        out[f"tokens_per_s_batch{batch}"] = n / statistics.median(times)
-    out["ratio_batch64_over_batch1"] = out["tokens_per_s_batch64"] / out["tokens_per_s_batch1"]
+    model, tok, path = load_model(args.model)
+    ids = _rollout_prompt(tok, args.prompt)
+    batches = [int(b) for b in args.batch.split(",")]
+    out: dict = {"model": args.model, "new_tokens": args.tokens, "prompt_tokens": len(ids),
+                 "threads": torch.get_num_threads(), "batches": batches}  # fmt: skip
+    hf = HFBackend(model, tok.pad_token_id, max_batch_size=max(256, *batches))
+    out["hf"] = {b: _throughput(hf, ids, b, args.tokens, args.repeats) for b in batches}
+    if len(batches) > 1:
+        first, last = out["hf"][batches[0]], out["hf"][batches[-1]]
+        out[f"hf_ratio_batch{batches[-1]}_over_batch{batches[0]}"] = (
+            last["tokens_per_s"] / first["tokens_per_s"]
+        )
+    if args.vllm:
+        from agentrl.backends.vllm_engine import VLLMBackend, VLLMConfig
+
+        del hf
+        cfg = VLLMConfig(model=path, max_model_len=2048, kv_cache_memory_bytes=512 << 20,
+                         max_num_seqs=max(batches))  # fmt: skip
+        engine = VLLMBackend(cfg)
+        try:
+            out["vllm"] = {
+                b: _throughput(engine, ids, b, args.tokens, args.repeats) for b in batches
+            }
+        finally:
+            engine.close()
+        for b in batches:
+            out[f"vllm_over_hf_batch{b}"] = (
+                out["vllm"][b]["tokens_per_s"] / out["hf"][b]["tokens_per_s"]
+            )
     out["peak_rss_mb"] = peak_rss_mb()
     return out
 
@@ -293,6 +337,11 @@ def main() -> int:
     r.add_argument("--tokens", type=int, default=32)
     r.add_argument("--repeats", type=int, default=3)
     r.add_argument("--threads", type=int, default=1)
+    r.add_argument("--batch", default="1,64", help="comma-separated batch sizes (default 1,64)")
+    r.add_argument("--prompt", choices=("grid", "preset"), default="grid",
+                   help="grid: one room (the tiny model's prompt); preset: the SmolLM2 preset's "
+                   "instruction + room + action list")  # fmt: skip
+    r.add_argument("--vllm", action="store_true", help="also vLLM on the same prompts and batches")
     sy = sub.add_parser("sync")
     sy.add_argument("--model", default="smollm2-135m")
     sy.add_argument("--rank", type=int, default=16)
