@@ -267,7 +267,11 @@ def test_dynamic_sampling_at_k1_draws_as_the_synchronous_loop(tmp_path):
     one version old like the rest of its batch."""
     sync = _run(tmp_path / "sync", *_DS)
     k1 = _run(tmp_path / "k1", *_DS, "rollout.staleness=1")
-    _same(sync[0], k1[0])
+    # the same episodes (train/* exactly); the producer's copy of the policy samples them, and its
+    # log-probs equal the learner's module's to float32 noise, which moves the near-zero policy
+    # loss by about 1e-7 on some CPUs (1.3e-7 on one)
+    _same(sync[0], k1[0], abs_=1e-6)
+    assert all(k1[0][k] == v for k, v in sync[0].items() if k.startswith("train/")), "episodes"
     for key, v in sync[0].items():
         if key.startswith("rollout/dynamic_sampling/"):
             assert k1[0][key] == v, key
