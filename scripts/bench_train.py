@@ -17,8 +17,9 @@
 
     python scripts/bench_train.py update [--full] [--no-checkpointing] [--seqs 16] [--threads 1]
         one PPO update (trainer defaults, epochs 1) of model=smollm2-135m, after an untimed
-        first one on other sequences (a process's first update pays a one-time start-up, reported
-        as first_update_s), on synthetic step sequences (prompts of 180-230 tokens, responses of 4-16), as model FLOP/s against a
+        first one on other sequences (a process's first update pays a one-time start-up,
+        reported as first_update_s), on synthetic step sequences (prompts of 180-230 tokens,
+        responses of 4-16), as model FLOP/s against a
         dense float32 torch.mm peak (2048^3) measured in the same process and thread count,
         before and after the update. FLOPs, counted on real (unpadded) tokens, recomputation
         not counted: forward 2 x N_layers x tokens + 2 x hidden x vocab per LM-head column
@@ -47,38 +48,55 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def _rollout_prompt(tok, kind: str) -> list[int]:
-    """Prompt ids: ``grid`` (one Sokoban room, the tiny model's prompt) or ``preset`` (the
-    SmolLM2 preset's shape: the env's instruction as a system turn, the room, the action list)."""
-    room = "#####\n#___#\n#OX_#\n#__P#\n#####"
+def _rollout_prompts(tok, kind: str) -> list[list[int]]:
+    """Prompt ids: ``grid`` (one Sokoban room, the tiny model's prompt) or ``preset`` (the first
+    steps of 16 Sokoban rooms, the default's 16 tasks, as the rollout's PromptBuilder renders them
+    with the SmolLM2 preset's settings: instruction and response hint as a system turn, the room,
+    the action list)."""
     if kind == "grid":
-        messages = [{"role": "user", "content": room}]
-    else:
-        from agentrl import envs
+        messages = [{"role": "user", "content": "#####\n#___#\n#OX_#\n#__P#\n#####"}]
+        prompt = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return [tok(prompt, add_special_tokens=False)["input_ids"]]
+    from agentrl import envs
+    from agentrl.rollout.prompt import PromptBuilder, PromptConfig
 
-        env = envs.make("Sokoban-v0", dim_room=5, num_boxes=1, open_room=True, search_depth=1)
-        obs, info = env.reset(seed=1)
-        actions = ", ".join(info["admissible_actions"])
-        messages = [
-            {"role": "system", "content": info["instruction"]},
-            {
-                "role": "user",
-                "content": f"Current observation:\n{obs}\nAdmissible actions: {actions}",
-            },
-        ]
-    prompt = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    return tok(prompt, add_special_tokens=False)["input_ids"]
+    env = envs.make("Sokoban-v0", dim_room=5, num_boxes=1, open_room=True, search_depth=1)
+    builder = PromptBuilder(tok, PromptConfig(history=2, max_prompt_tokens=1024))
+    out = []
+    for seed in range(16):
+        obs, info = env.reset(seed=seed)
+        out.append(builder.build(info["instruction"], [], obs, info["admissible_actions"]))
+    return out
 
 
-def _throughput(backend, ids: list[int], batch: int, tokens: int, repeats: int) -> dict:
+def _grouped(prompts: list[list[int]], batch: int) -> list[list[int]]:
+    """``batch`` prompts in groups, as a rollout batch holds them: each task's prompt repeated
+    ``batch / len(prompts)`` times (at least once; a batch smaller than the tasks takes the
+    first ones)."""
+    per = max(1, batch // len(prompts))
+    return [p for p in prompts for _ in range(per)][:batch]
+
+
+def _batches(text: str) -> list[int]:
+    """``--batch``: comma-separated positive integers."""
+    try:
+        out = [int(b) for b in text.split(",")]
+    except ValueError:
+        out = []
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers like 1,64, got {text!r}")
+    return out
+
+
+def _throughput(backend, prompts: list[list[int]], tokens: int, repeats: int) -> dict:
     from agentrl.backends.base import SamplingParams
 
-    backend.generate([ids] * min(batch, 4), SamplingParams(max_new_tokens=2, seed=0))  # warm-up
+    backend.generate(prompts[:4], SamplingParams(max_new_tokens=2, seed=0))  # warm-up
     times, n = [], 0
     for r in range(repeats):
         sp = SamplingParams(max_new_tokens=tokens, stop_token_ids=(), seed=r)
         t = time.perf_counter()
-        gens = backend.generate([ids] * batch, sp)
+        gens = backend.generate(prompts, sp)
         times.append(time.perf_counter() - t)
         n = sum(len(g.token_ids) for g in gens)
     return {"seconds": statistics.median(times), "tokens_per_s": n / statistics.median(times)}
@@ -93,12 +111,14 @@ def bench_rollout(args) -> dict:
     from agentrl.models import load_model
 
     model, tok, path = load_model(args.model)
-    ids = _rollout_prompt(tok, args.prompt)
-    batches = [int(b) for b in args.batch.split(",")]
-    out: dict = {"model": args.model, "new_tokens": args.tokens, "prompt_tokens": len(ids),
+    prompts = _rollout_prompts(tok, args.prompt)
+    feed = {b: _grouped(prompts, b) for b in args.batch}
+    batches = args.batch
+    out: dict = {"model": args.model, "new_tokens": args.tokens, "distinct_prompts": len(prompts),
+                 "prompt_tokens_mean": statistics.mean(map(len, prompts)),
                  "threads": torch.get_num_threads(), "batches": batches}  # fmt: skip
     hf = HFBackend(model, tok.pad_token_id, max_batch_size=max(256, *batches))
-    out["hf"] = {b: _throughput(hf, ids, b, args.tokens, args.repeats) for b in batches}
+    out["hf"] = {b: _throughput(hf, feed[b], args.tokens, args.repeats) for b in batches}
     if len(batches) > 1:
         first, last = out["hf"][batches[0]], out["hf"][batches[-1]]
         out[f"hf_ratio_batch{batches[-1]}_over_batch{batches[0]}"] = (
@@ -113,7 +133,7 @@ def bench_rollout(args) -> dict:
         engine = VLLMBackend(cfg)
         try:
             out["vllm"] = {
-                b: _throughput(engine, ids, b, args.tokens, args.repeats) for b in batches
+                b: _throughput(engine, feed[b], args.tokens, args.repeats) for b in batches
             }
         finally:
             engine.close()
@@ -247,7 +267,7 @@ def bench_update(args) -> dict:
     cfg = LearnerConfig(lr=1e-5, epochs=1, micro_batch_tokens=args.micro_batch_tokens,
                         entropy_coef=0.0)  # fmt: skip
     learner = Learner(model, cfg, tok.pad_token_id)
-    # A process's first update pays a one-time start-up (about 6 s here, whatever the shapes):
+    # A process's first update pays a one-time start-up (seconds, whatever the shapes):
     # it is timed on other sequences of the same distribution and reported apart, so the ratio
     # is the steady state every later training iteration sees.
     t = time.perf_counter()
@@ -349,7 +369,9 @@ def main() -> int:
     r.add_argument("--tokens", type=int, default=32)
     r.add_argument("--repeats", type=int, default=3)
     r.add_argument("--threads", type=int, default=1)
-    r.add_argument("--batch", default="1,64", help="comma-separated batch sizes (default 1,64)")
+    r.add_argument(
+        "--batch", type=_batches, default="1,64", help="comma-separated batch sizes (default 1,64)"
+    )
     r.add_argument("--prompt", choices=("grid", "preset"), default="grid",
                    help="grid: one room (the tiny model's prompt); preset: the SmolLM2 preset's "
                    "instruction + room + action list")  # fmt: skip
