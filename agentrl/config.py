@@ -649,6 +649,17 @@ class LearnerConfig:
     entropy_coef: float = opt(
         0.05, "entropy bonus weight (keeps the tiny policy exploring rooms it fails)", num()
     )
+    entropy_schedule: str = opt(
+        "constant",
+        "entropy bonus schedule over iterations: constant, linear or cosine (decay to "
+        "entropy_min_ratio x entropy_coef at the last iteration)",
+        one_of("constant", "linear", "cosine"),
+    )
+    entropy_min_ratio: float = opt(
+        0.0,
+        "the decayed entropy bonus at the last iteration, as a fraction of entropy_coef",
+        num(0, 1),
+    )
     value_coef: float = opt(0.5, "value-head loss weight (modules that need values)", NON_NEGATIVE)
     value_lr: float | None = opt(None, "value-head learning rate (null: lr)", optional(POSITIVE))
     value_clip: float | None = opt(None, "value-loss clip range (null: none)", optional(POSITIVE))

@@ -124,7 +124,9 @@ def build(cfg: TrainConfig) -> Parts:
                           cfg.credit.token, r.action_format)  # fmt: skip
     engine_model = None
     kw = dict(temperature=r.temperature, **hooks.learner_options(),  # critic heads, reference
-              lr_schedule=LRSchedule(t.lr_schedule, t.lr_warmup, t.iterations, t.lr_min_ratio))  # fmt: skip
+              lr_schedule=LRSchedule(t.lr_schedule, t.lr_warmup, t.iterations, t.lr_min_ratio),
+              entropy_schedule=LRSchedule(t.entropy_schedule, 0, t.iterations,
+                                          t.entropy_min_ratio))  # fmt: skip
     if dist.distributed or r.staleness:  # the engine samples from its own (unsharded) copy
         engine_model = DP.rollout_replica(model)
     if dist.distributed:  # the learner's copy is sharded

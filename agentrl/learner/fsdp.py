@@ -108,8 +108,8 @@ class FSDPLearner(Learner):
     Args:
         model: the policy, identical on every rank (rank 0's weights are broadcast first). It
             is sharded in place; keep an unsharded replica for generation (:meth:`sync_to`).
-        cfg, pad_token_id, value_head, temperature, value_outputs, keep_reference, lr_schedule:
-            as :class:`Learner`.
+        cfg, pad_token_id, value_head, temperature, value_outputs, keep_reference, lr_schedule,
+        entropy_schedule: as :class:`Learner`.
         mixed_precision: bf16 compute with fp32 reduction; ``None``: on when ``cfg.dtype`` is
             ``auto``/``bfloat16`` and the device is a GPU with bf16.
     """
@@ -124,6 +124,7 @@ class FSDPLearner(Learner):
         value_outputs: int = 1,
         keep_reference: bool = False,
         lr_schedule=None,
+        entropy_schedule=None,
         mixed_precision: bool | None = None,
     ):
         import torch.distributed as dist
@@ -144,6 +145,7 @@ class FSDPLearner(Learner):
             value_outputs=value_outputs,
             keep_reference=keep_reference,
             lr_schedule=lr_schedule,
+            entropy_schedule=entropy_schedule,
         )
 
     # -- the hooks -----------------------------------------------------------------------------

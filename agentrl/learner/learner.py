@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -70,6 +71,8 @@ class Learner(ScoringPasses):
         keep_reference: keep the reference policy even when ``kl_coef`` is 0 (the ``progress``
             token shaper reads its log-probs).
         lr_schedule: learning-rate multiplier per :meth:`update` call (default: constant).
+        entropy_schedule: the entropy bonus's multiplier per :meth:`update` call, over
+            ``cfg.entropy_coef`` (default: constant).
     """
 
     def __init__(
@@ -82,6 +85,7 @@ class Learner(ScoringPasses):
         value_outputs: int = 1,
         keep_reference: bool = False,
         lr_schedule: LRSchedule | None = None,
+        entropy_schedule: LRSchedule | None = None,
     ):
         checked = ("loss_agg", "loss_tokens", "kl_estimator", "old_logprobs", "correction")
         problems = field_problems(cfg, checked, "trainer.")
@@ -90,7 +94,9 @@ class Learner(ScoringPasses):
             raise ConfigError("invalid config: " + "; ".join(problems))
         self.model = model
         self.cfg = cfg
+        self._objective_cfg = cfg  # cfg with this update's scheduled entropy bonus
         self.lr_schedule = lr_schedule or LRSchedule()
+        self.entropy_schedule = entropy_schedule or LRSchedule()
         self.temperature = float(temperature)
         self.pad_token_id = int(pad_token_id)
         self.device = next(model.parameters()).device
@@ -121,6 +127,11 @@ class Learner(ScoringPasses):
     def lr_factor(self) -> float:
         """The schedule's multiplier for the next update (1 with the default constant schedule)."""
         return self.lr_schedule.factor(self.updates)
+
+    def entropy_coef(self) -> float:
+        """The entropy bonus's weight in the next update: ``cfg.entropy_coef`` times its
+        schedule's factor (a resumed run continues the schedule: it counts updates)."""
+        return self.cfg.entropy_coef * self.entropy_schedule.factor(self.updates)
 
     # -- where a sharded learner differs (here: one process holds every row) --------------------
     def _prepare_modules(self) -> None:
@@ -192,6 +203,10 @@ class Learner(ScoringPasses):
             inp, offpolicy = self._recompute_old(seqs, inp)
         if not self.lr_schedule.is_constant:
             scale_learning_rates(self.optimizer, self.lr_factor())
+        entropy_coef = self.entropy_coef()
+        self._objective_cfg = (
+            cfg if entropy_coef == cfg.entropy_coef else replace(cfg, entropy_coef=entropy_coef)
+        )
         rng = np.random.default_rng(seed)
         self.model.train()
         sums: dict[str, float] = {}
@@ -210,6 +225,8 @@ class Learner(ScoringPasses):
         self.updates += 1
         self._check_parameters()
         sums["lr"], counts["lr"] = self.optimizer.param_groups[0]["lr"], 1
+        if not self.entropy_schedule.is_constant:
+            sums["entropy_coef"], counts["entropy_coef"] = entropy_coef, 1
         # Loss terms: means over the mini-batches that computed them (all-zero-advantage ones
         # skip the loss); per-token diagnostics: token-weighted means over the update.
         return {**{k: v / counts[k] for k, v in sums.items()}, **token_metrics(tokens), **offpolicy}
@@ -376,7 +393,8 @@ class Learner(ScoringPasses):
         pg_w = None if inp.pg_weight is None else per_token(inp.pg_weight, idx, width,
                                                             torch.float32, dev)  # fmt: skip
         loss, terms, tok = policy_objective(fo.logprobs, fo.entropy, old_lp, tok_adv,
-                                           mask, pg_mask, ref_lp, cfg, denom, pg_w)  # fmt: skip
+                                           mask, pg_mask, ref_lp, self._objective_cfg, denom,
+                                           pg_w)  # fmt: skip
         vl = torch.zeros((), device=loss.device)
         if vr is not None:
             vl = vr.loss(self._three_values(fo), batch.step_rows, inp.old_values, value_denom, cfg)

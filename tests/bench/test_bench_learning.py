@@ -58,6 +58,13 @@ def test_toy_compare_end_to_end(tmp_path):
     mtime = (out / "credit_grpo" / "seed_0" / "metrics.jsonl").stat().st_mtime
     assert mod.main(argv) == 0
     assert (out / "credit_grpo" / "seed_0" / "metrics.jsonl").stat().st_mtime == mtime
+    # The thresholds are options: an impossible CPU budget and gain fail, a lax mean passes.
+    strict = [*argv[:7], "--target-cpu", "0.001", "--target-gain", "101", "--target-mean", "0"]
+    assert mod.main([*strict, *argv[7:]]) == 0
+    table = (out / "table.md").read_text()
+    assert "every measured run <= 0.001 CPU min: FAIL" in table
+    assert "every seed >= +101 points, intervals disjoint: FAIL" in table
+    assert "mean final >= 0 %: pass" in table
 
 
 def test_plan_names_configs_and_common_overrides():

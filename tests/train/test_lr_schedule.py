@@ -74,3 +74,18 @@ def test_learner_sets_the_scheduled_lr_each_update(tiny):
     resumed.load_state_dict(fresh.state_dict())
     assert first == pytest.approx(1e-3)
     assert resumed.update(seqs, adv, seed=2)["lr"] == pytest.approx(5e-4)
+
+
+def test_entropy_bonus_follows_its_schedule(tiny):
+    # The entropy weight of update u is entropy_coef x the schedule's factor (linear over 4
+    # updates: 0.1, 0.075, 0.05, 0.025, then 0); a constant schedule reports no weight.
+    model, tok = tiny
+    cfg = LearnerConfig(lr=1e-4, minibatch_size=4, micro_batch_size=4, entropy_coef=0.1)
+    seqs = [StepSequence([5, 6, 7], [8, 9], [-1.0, -1.0], i) for i in range(4)]
+    adv = np.zeros(4)  # no policy gradient: the loss is -weight x entropy
+    learner = Learner(model, cfg, tok.pad_token_id, entropy_schedule=LRSchedule("linear", total=4))
+    out = [learner.update(seqs, adv, seed=u) for u in range(5)]
+    assert [o["entropy_coef"] for o in out] == pytest.approx([0.1, 0.075, 0.05, 0.025, 0.0])
+    for o in out:
+        assert o["loss"] == pytest.approx(-o["entropy_coef"] * o["entropy"], rel=1e-5, abs=1e-7)
+    assert "entropy_coef" not in Learner(model, cfg, tok.pad_token_id).update(seqs, adv)
