@@ -452,6 +452,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target-mean", type=float, default=60.0, metavar="PERCENT")
     ap.add_argument("--target-drop", type=float, default=10.0, metavar="POINTS")
     ap.add_argument("--target-cpu", type=float, default=10.0, metavar="MINUTES")
+    ap.add_argument(
+        "--target-min",
+        type=float,
+        default=0.0,
+        metavar="PERCENT",
+        help="also check every seed's final >= PERCENT (default 0: no such check)",
+    )
     argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
     try:
@@ -481,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
             "min_mean_final": args.target_mean / 100.0,
             "max_drop_points": args.target_drop,
             "max_cpu_min": args.target_cpu,
+            "min_seed_final": args.target_min / 100.0,
         }
         if args.check_targets
         else None

@@ -300,12 +300,14 @@ def targets(
     min_mean_final: float = 0.60,
     max_drop_points: float = 10.0,
     max_cpu_min: float = 10.0,
+    min_seed_final: float = 0.0,
     confidence: float = 0.95,
 ) -> dict[str, bool]:
     """Named pass/fail checks of a config's runs (the thresholds are arguments, not verdicts
     built into the numbers): every seed gains ``min_gain_points`` with disjoint intervals; mean
     final >= ``min_mean_final``; every final within ``max_drop_points`` of its own best; every run
-    within ``max_cpu_min`` CPU minutes (over the runs whose CPU time was measured)."""
+    within ``max_cpu_min`` CPU minutes (over the runs whose CPU time was measured); with
+    ``min_seed_final > 0``, every seed's final >= it (issue #31's "every seed at least 65 %")."""
     out = {
         f"every seed >= +{min_gain_points:g} points, intervals disjoint": all(
             r.improvement_points() >= min_gain_points and r.disjoint(confidence) for r in runs
@@ -316,6 +318,10 @@ def targets(
             r.drop_from_best_points() <= max_drop_points + 1e-9 for r in runs
         ),
     }
+    if min_seed_final > 0:
+        out[f"every final >= {100 * min_seed_final:g} %"] = all(
+            r.final.rate >= min_seed_final - 1e-12 for r in runs
+        )
     measured = [r.cpu_s for r in runs if r.cpu_s is not None]
     if measured:
         out[f"every measured run <= {max_cpu_min:g} CPU min"] = all(

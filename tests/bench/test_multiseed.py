@@ -112,6 +112,10 @@ def test_summary_and_targets():
     assert list(t.values()) == [True, True, True, False]  # the 11.7-minute run fails the CPU check
     t2 = targets(runs, min_mean_final=0.7)
     assert t2["mean final >= 70 %"] is False
+    assert "every final >= 65 %" not in t2  # off unless asked for
+    t3 = targets(runs, min_seed_final=0.5)
+    assert t3["every final >= 50 %"] is True  # 0.50 is at the bar, not below it
+    assert targets(runs, min_seed_final=0.65)["every final >= 65 %"] is False
 
 
 def test_mean_curve_uses_common_iterations():
