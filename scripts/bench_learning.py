@@ -9,7 +9,7 @@ process (user + system, from ``wait4``) is recorded.
 Outputs in ``--out``: ``table.md`` (per seed: initial, every held-out evaluation and final success
 with 95 % Wilson intervals, CPU minutes; across seeds: mean with its bootstrap interval, min,
 max; with ``--compare``, every config's difference of mean final success to the first config with
-a bootstrap interval), ``curves.png`` (held-out success per seed thin, mean bold, band = bootstrap
+a bootstrap interval, unpaired and paired by seed), ``curves.png`` (held-out success per seed thin, mean bold, band = bootstrap
 interval of the mean), ``curves_wall.png`` (the same against training wall-clock minutes) and
 ``results.json``. A finished run whose command is unchanged is reused,
 so an interrupted benchmark continues where it stopped (``--fresh`` reruns everything).
@@ -48,6 +48,7 @@ from agentrl.evaluation.multiseed import (
     SEED_SETS,
     RunResult,
     bootstrap_diff_ci,
+    bootstrap_paired_diff_ci,
     fmt_rate_ci,
     mean_curve,
     parse_seeds,
@@ -220,19 +221,36 @@ def diff_table(results: dict[str, list[RunResult]], confidence: float) -> tuple[
     base = labels[0]
     rows = []
     lines = [
-        f"| config | mean final minus `{base}` (points) | {100 * confidence:g} % bootstrap CI | CI excludes 0 |",
-        "|---|---|---|---|",
+        f"| config | mean final minus `{base}` (points) | {100 * confidence:g} % bootstrap CI |"
+        " CI excludes 0 | paired by seed: seeds, mean difference [CI] |",
+        "|---|---|---|---|---|",
     ]
+    excludes = lambda lo, hi: "yes" if lo > 0 or hi < 0 else "no"  # noqa: E731
     for label in labels[1:]:
         d, lo, hi = bootstrap_diff_ci(
             [r.final.rate for r in results[label]],
             [r.final.rate for r in results[base]],
             confidence,
         )
-        rows.append({"config": label, "base": base, "diff": d, "ci_low": lo, "ci_high": hi})
-        excl = "yes" if lo > 0 or hi < 0 else "no"
+        row = {"config": label, "base": base, "diff": d, "ci_low": lo, "ci_high": hi}
+        # Paired: the seeds both configs finished (each pair shares the seed's env tasks and init).
+        mine = {r.seed: r.final.rate for r in results[label]}
+        theirs = {r.seed: r.final.rate for r in results[base]}
+        both = sorted(set(mine) & set(theirs))
+        paired = "-"
+        if both:
+            pd, plo, phi = bootstrap_paired_diff_ci(
+                [mine[s] for s in both], [theirs[s] for s in both], confidence
+            )
+            row.update(paired_seeds=both, paired_diff=pd, paired_ci_low=plo, paired_ci_high=phi)
+            paired = (
+                f"{len(both)}, {100 * pd:+.1f} [{100 * plo:+.1f}, {100 * phi:+.1f}]"
+                f" (excludes 0: {excludes(plo, phi)})"
+            )
+        rows.append(row)
         lines.append(
-            f"| `{label}` | {100 * d:+.1f} | [{100 * lo:+.1f}, {100 * hi:+.1f}] | {excl} |"
+            f"| `{label}` | {100 * d:+.1f} | [{100 * lo:+.1f}, {100 * hi:+.1f}] |"
+            f" {excludes(lo, hi)} | {paired} |"
         )
     return "\n".join(lines), rows
 
@@ -321,7 +339,7 @@ def report(
         text, diffs = diff_table(results, confidence)
         parts += [
             "",
-            "## Difference of mean final success (unpaired bootstrap over seeds)",
+            "## Difference of mean final success (bootstrap over seeds: unpaired, and paired by seed)",
             "",
             text,
         ]

@@ -7,9 +7,10 @@ holds the pure pieces of ``scripts/bench_learning.py``:
 
 - :func:`read_run` turns a run folder (``metrics.jsonl``) into a :class:`RunResult`: the held-out
   evaluations (iteration, successes, episodes, Wilson interval) and the training CPU time;
-- :func:`bootstrap_mean_ci` and :func:`bootstrap_diff_ci`: percentile-bootstrap intervals of a
-  mean over seeds and of a difference of two configs' means (seeds resampled independently per
-  config, i.e. unpaired);
+- :func:`bootstrap_mean_ci`, :func:`bootstrap_diff_ci` and :func:`bootstrap_paired_diff_ci`:
+  percentile-bootstrap intervals of a mean over seeds and of a difference of two configs' means
+  (seeds resampled independently per config, i.e. unpaired; or the same seeds' pairs resampled
+  together);
 - :func:`summarize_runs` and :func:`targets` aggregate a config's runs;
 - :data:`SEED_SETS` and :func:`parse_seeds`: the named seed sets that keep tuning apart from
   reporting (``tuning``: seeds 0-9, the ones screening, tuning and every wave-1/2 benchmark used;
@@ -37,6 +38,7 @@ __all__ = [
     "RunResult",
     "bootstrap_diff_ci",
     "bootstrap_mean_ci",
+    "bootstrap_paired_diff_ci",
     "bootstrap_means",
     "fmt_rate_ci",
     "mean_curve",
@@ -241,6 +243,21 @@ def bootstrap_diff_ci(
     mb = bootstrap_means(b, n_boot, seed + 1)
     lo, hi = _percentiles(ma - mb, confidence)
     return float(np.mean(a) - np.mean(b)), lo, hi
+
+
+def bootstrap_paired_diff_ci(
+    a: Sequence[float],
+    b: Sequence[float],
+    confidence: float = 0.95,
+    n_boot: int = 10_000,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """``(mean(a - b), low, high)`` for paired samples (``a[i]`` and ``b[i]`` share seed ``i``):
+    the pairs are resampled together, so what the seed decides for both configs cancels."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.shape != y.shape:
+        raise ValueError(f"paired samples need equal lengths, got {len(x)} and {len(y)}")
+    return bootstrap_mean_ci(x - y, confidence, n_boot, seed)
 
 
 def mean_curve(

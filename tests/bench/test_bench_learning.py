@@ -50,6 +50,10 @@ def test_toy_compare_end_to_end(tmp_path):
     fa = sum(r["evals"][-1]["rate"] for r in a) / 2
     fb = sum(r["evals"][-1]["rate"] for r in b) / 2
     assert abs(diff["diff"] - (fb - fa)) < 1e-9 and diff["ci_low"] <= diff["ci_high"]
+    # Paired by seed: both seeds finished in both configs, and the mean of the per-seed
+    # differences equals the difference of the means.
+    assert diff["paired_seeds"] == [0, 1] and abs(diff["paired_diff"] - diff["diff"]) < 1e-9
+    assert diff["paired_ci_low"] <= diff["paired_diff"] <= diff["paired_ci_high"]
     table = (out / "table.md").read_text()
     assert "## Per seed: `credit=gigpo`" in table and "| `credit=gigpo` |" in table
     assert "Targets" in table

@@ -15,6 +15,7 @@ from agentrl.evaluation.multiseed import (
     RunResult,
     bootstrap_diff_ci,
     bootstrap_mean_ci,
+    bootstrap_paired_diff_ci,
     mean_curve,
     parse_seeds,
     read_run,
@@ -53,6 +54,20 @@ def test_diff_of_means_hand_computed():
     # b is constant, so the difference is distributed as the mean of a: [-0.5, 0.5] -> CI [-0.5, 0.5].
     d, lo, hi = bootstrap_diff_ci([0.0, 1.0], [0.5, 0.5, 0.5])
     assert (d, lo, hi) == (0.0, -0.5, 0.5)
+
+
+def test_paired_diff_hand_computed():
+    # Every pair differs by +0.1: each resample's mean difference is 0.1, so the CI is a point,
+    # while the unpaired interval sees the seeds' spread (0.2 to 0.9) and is wide.
+    a, b = [0.3, 0.6, 1.0], [0.2, 0.5, 0.9]
+    d, lo, hi = bootstrap_paired_diff_ci(a, b)
+    assert d == pytest.approx(0.1) and lo == pytest.approx(0.1) and hi == pytest.approx(0.1)
+    _, ulo, uhi = bootstrap_diff_ci(a, b)
+    assert ulo < 0.0 < uhi
+    # Differences [0, 1]: resampled means are 0, 0.5 or 1 with P = 1/4, 1/2, 1/4 -> CI [0, 1].
+    assert bootstrap_paired_diff_ci([0.5, 1.0], [0.5, 0.0]) == (0.5, 0.0, 1.0)
+    with pytest.raises(ValueError, match="equal lengths"):
+        bootstrap_paired_diff_ci([0.1, 0.2], [0.1])
 
 
 def test_bad_inputs_are_named():
