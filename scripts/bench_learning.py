@@ -9,8 +9,8 @@ process (user + system, from ``wait4``) is recorded.
 Outputs in ``--out``: ``table.md`` (per seed: initial, every held-out evaluation and final success
 with 95 % Wilson intervals, CPU minutes; across seeds: mean with its bootstrap interval, min,
 max; with ``--compare``, every config's difference of mean final success to the first config with
-a bootstrap interval, unpaired and paired by seed), ``curves.png`` (held-out success per seed thin, mean bold, band = bootstrap
-interval of the mean), ``curves_wall.png`` (the same against training wall-clock minutes) and
+bootstrap intervals, unpaired and paired by seed), ``curves.png`` (held-out success per seed thin,
+mean bold, band = bootstrap interval of the mean), ``curves_wall.png`` (the same against training wall-clock minutes) and
 ``results.json``. A finished run whose command is unchanged is reused,
 so an interrupted benchmark continues where it stopped (``--fresh`` reruns everything).
 
@@ -216,6 +216,10 @@ def across_table(summaries: dict[str, dict[str, dict[str, float]]], counts: dict
     return "\n".join(lines)
 
 
+def _excludes_zero(lo: float, hi: float) -> str:
+    return "yes" if lo > 0 or hi < 0 else "no"
+
+
 def diff_table(results: dict[str, list[RunResult]], confidence: float) -> tuple[str, list[dict]]:
     labels = [k for k, v in results.items() if v]
     base = labels[0]
@@ -225,7 +229,6 @@ def diff_table(results: dict[str, list[RunResult]], confidence: float) -> tuple[
         " CI excludes 0 | paired by seed: seeds, mean difference [CI] |",
         "|---|---|---|---|---|",
     ]
-    excludes = lambda lo, hi: "yes" if lo > 0 or hi < 0 else "no"  # noqa: E731
     for label in labels[1:]:
         d, lo, hi = bootstrap_diff_ci(
             [r.final.rate for r in results[label]],
@@ -245,12 +248,12 @@ def diff_table(results: dict[str, list[RunResult]], confidence: float) -> tuple[
             row.update(paired_seeds=both, paired_diff=pd, paired_ci_low=plo, paired_ci_high=phi)
             paired = (
                 f"{len(both)}, {100 * pd:+.1f} [{100 * plo:+.1f}, {100 * phi:+.1f}]"
-                f" (excludes 0: {excludes(plo, phi)})"
+                f" (excludes 0: {_excludes_zero(plo, phi)})"
             )
         rows.append(row)
         lines.append(
             f"| `{label}` | {100 * d:+.1f} | [{100 * lo:+.1f}, {100 * hi:+.1f}] |"
-            f" {excludes(lo, hi)} | {paired} |"
+            f" {_excludes_zero(lo, hi)} | {paired} |"
         )
     return "\n".join(lines), rows
 
