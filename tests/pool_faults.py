@@ -58,9 +58,14 @@ def run_campaign(
     seed: int,
     timeout: float,
     fault_rate: float = 0.15,
+    slack_s: float = 5.0,
 ) -> Counter:
     """Counts: tried (faults injected), clear_error, crashed, hung, collateral, wrong_cause,
-    restarts and replayed (episodes restored on restarted workers)."""
+    restarts and replayed (episodes restored on restarted workers).
+
+    A step counts as hung when it takes longer than its deadlines plus ``slack_s`` seconds, times
+    one plus its fatal faults (each restarts a worker). ``slack_s`` is the allowance for starting a
+    worker; a Ray actor on a loaded 2-core machine needs more than a forked process."""
     rng = random.Random(seed)
     counts: Counter = Counter()
     with make_pool() as pool:
@@ -80,7 +85,7 @@ def run_campaign(
                 counts[f"crash: {type(exc).__name__}: {exc}"[:200]] += 1
                 break
             per_worker = -(-num_envs // num_groups)  # the deadline is per env of a worker
-            if time.monotonic() - start > (timeout * per_worker + 5.0) * (1 + n_fatal):
+            if time.monotonic() - start > (timeout * per_worker + slack_s) * (1 + n_fatal):
                 counts["hung"] += 1
             cut = []
             for i, (a, res) in enumerate(zip(actions, results)):

@@ -603,7 +603,10 @@ def test_a_pool_that_starts_ray_shuts_it_down():
 def test_random_faults_are_contained(backend):
     # A short fault-injection campaign (scripts/fuzz_pool.py runs the long one): every fault is
     # reported on its own episode, nothing raises out of the pool, no call overruns its deadline,
-    # and no healthy worker's episode is cut.
+    # and no healthy worker's episode is cut. A Ray actor restart under CI load (2 cores, load 4-5)
+    # was seen to take over 7 s, so Ray gets a wider start-up allowance, kept small enough that a
+    # pool ignoring its deadline on the 30 s "sleep" fault still counts as hung in a round with one
+    # fatal fault: (2 + 12) x 2 < 30 s.
     from pool_faults import run_campaign
 
     rounds = 5 if backend == "ray" else 8
@@ -615,6 +618,7 @@ def test_random_faults_are_contained(backend):
         rounds,
         0,
         1.0,
+        slack_s=12.0 if backend == "ray" else 5.0,
     )
     assert counts["tried"] > 0 and counts["clear_error"] == counts["tried"], counts
     assert counts["crashed"] == counts["hung"] == counts["collateral"] == 0, counts
