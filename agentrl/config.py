@@ -331,6 +331,11 @@ class ModelConfig:
         "torch CPU threads that suit the model (null: torch's default, every core; trainer=default takes it)",
         optional(num(1)),
     )
+    lr: float = opt(
+        2.5e-4,
+        "learning rate that suits the model, in (0, 1] (trainer=default takes it)",
+        num(0, 1, lo_open=True),
+    )
     gradient_checkpointing: bool = opt(
         False, "recompute activations in the backward pass (less memory, ~30 % more compute)"
     )
@@ -572,7 +577,11 @@ class OptimizerConfig:
 class LearnerConfig:
     """PPO learner hyper-parameters (read by :class:`agentrl.learner.Learner`)."""
 
-    lr: float = opt(5e-4, "learning rate, in (0, 1]", num(0, 1, lo_open=True))
+    lr: float = opt(
+        2.5e-4,
+        "learning rate, in (0, 1] (trainer=default takes model.lr)",
+        num(0, 1, lo_open=True),
+    )
     optimizer: OptimizerConfig = opt(
         help="the optimizer (AdamW with torch's betas and eps, no weight decay)",
         factory=OptimizerConfig,
