@@ -37,6 +37,20 @@ def test_the_default_run_is_the_dataclass_defaults():
 
 
 @pytest.mark.parametrize(
+    ("overrides", "lr"),
+    [
+        ([], 2.5e-4),  # the tiny model's rate (docs/benchmarks.md: the report-seed comparison)
+        (["model=smollm2-135m"], 5e-4),  # pretrained presets keep their measured rate
+        (["model=path", "model.name=/some/model"], 5e-4),
+        (["model.lr=1e-4"], 1e-4),
+        (["model=smollm2-135m", "trainer.lr=1e-5"], 1e-5),  # an explicit trainer.lr wins
+    ],
+)
+def test_the_learning_rate_comes_from_the_model_preset(overrides, lr):
+    assert load_config(make_cfg(*overrides)).trainer.lr == pytest.approx(lr)
+
+
+@pytest.mark.parametrize(
     "group", ["env", "credit", "model", "rollout", "trainer"], ids=lambda g: f"group={g}"
 )
 def test_every_preset_composes_and_checks(group):
