@@ -7,6 +7,7 @@ renormalised to the trie's tokens where the step was decoded under a constraint.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -25,6 +26,15 @@ class ForwardOut:
     self_certainty: torch.Tensor | None = None  # (B, R) logsumexp(logits) - mean(logits)
     token_logit: torch.Tensor | None = None  # (B, R) the chosen token's raw logit
     hidden_at: torch.Tensor | None = None  # (B, H) final hidden state at ``hidden_cols``
+
+    def rows_of(self, inverse: torch.Tensor | None) -> ForwardOut:
+        """Row ``b`` of the result is row ``inverse[b]`` here (``None``: unchanged). Indexing
+        is differentiable: a row's gradient is the sum of its repeats' gradients."""
+        if inverse is None:
+            return self
+        inv = inverse.to(self.logprobs.device)
+        take = lambda t: None if t is None else t.index_select(0, inv)  # noqa: E731
+        return ForwardOut(*(take(getattr(self, f.name)) for f in dataclasses.fields(self)))
 
 
 def response_forward(

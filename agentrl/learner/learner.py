@@ -40,7 +40,7 @@ from .objective import policy_objective, token_metrics
 from .optim import build_optimizer, scale_learning_rates
 from .schedule import LRSchedule
 from .scoring import ScoringPasses, is_peft
-from .sequences import StepSequence, collate
+from .sequences import StepSequence, collate, collate_distinct
 from .state_check import check_learner_state
 from .update import (
     NonFiniteError,
@@ -115,6 +115,7 @@ class Learner(ScoringPasses):
             self.reference = copy.deepcopy(model).eval()
             for p in self.reference.parameters():
                 p.requires_grad_(False)
+        self._shares_rows = not has_dropout(model)  # equal rows share a forward (_micro_loss)
         self._prepare_modules()
         groups = [{"params": [p for p in model.parameters() if p.requires_grad], "lr": cfg.lr}]
         if self.value_head is not None:
@@ -365,7 +366,19 @@ class Learner(ScoringPasses):
         whole mini-batch's ``denom``/``value_denom``), its detached terms, and the token sums of
         its diagnostics (:func:`~agentrl.learner.objective.policy_objective`)."""
         cfg = self.cfg
-        batch = collate([seqs[i] for i in idx], self.pad_token_id).to(self.device)
+        vr = inp.value_rows
+        micro = [seqs[i] for i in idx]
+        # Equal rows (a group's rollouts taking the same action in the same state) share one
+        # forward pass; indexing its outputs back to every row gives each row its own loss terms
+        # and the same gradient as separate passes. Not with dropout (each row would draw its own
+        # mask) or HiPER's heads (their V_low column is per row).
+        inverse = None
+        if self._shares_rows and vr is None:
+            fwd, batch, inverse = collate_distinct(micro, self.pad_token_id)
+            fwd = fwd.to(self.device)
+            batch = fwd if inverse is None else batch.to(self.device)
+        else:
+            fwd = batch = collate(micro, self.pad_token_id).to(self.device)
         width, dev = batch.response_width, self.device
         if inp.token_adv is None:
             tok_adv = token_advantages(batch, inp.adv).to(dev)
@@ -377,14 +390,14 @@ class Learner(ScoringPasses):
         pg_mask = mask
         if inp.loss_masks is not None:
             pg_mask = mask & per_token(inp.loss_masks, idx, width, torch.bool, dev)
-        vr = inp.value_rows
         cols = None
         if vr is not None:  # V_low's column (a sharded learner's padding sequence: position 0)
             pos = [vr.pos[i] if i < len(vr.pos) else 0 for i in idx]
             cols = torch.as_tensor([batch.prompt_width - 1 + p for p in pos], device=dev)
         with self.autocast():
-            fo = response_forward(self.model, batch, self.temperature, want_entropy=True,
-                                  want_hidden=self.value_head is not None, hidden_cols=cols)  # fmt: skip
+            fo = response_forward(self.model, fwd, self.temperature, want_entropy=True,
+                                  want_hidden=self.value_head is not None,
+                                  hidden_cols=cols).rows_of(inverse)  # fmt: skip
         ref_lp = None if inp.ref is None else per_token(inp.ref, idx, width, torch.float32, dev)
         # π_old: the engine's sampling log-probs, or the learner's recomputed ones (old_logprobs)
         old_lp = batch.old_logprobs
@@ -403,6 +416,7 @@ class Learner(ScoringPasses):
             vl = self._value_loss(fo.last_hidden, batch.step_rows, inp, value_denom)
             loss = loss + cfg.value_coef * vl
         tok["response_tokens"] = float(batch.response_mask.sum())
+        tok["forward_rows"], tok["rows"] = float(len(fwd.step_rows)), float(len(micro))
         return loss, {"loss": loss.detach(), **terms, "value_loss": vl.detach()}, tok
 
     def _value_loss(self, hidden, rows, inp: UpdateInputs, value_denom) -> torch.Tensor:
@@ -447,3 +461,18 @@ class Learner(ScoringPasses):
             self.value_head.load_state_dict(state["value_head"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.updates = int(state.get("updates", 0))
+
+
+_DROPOUT_KEYS = ("attention_dropout", "hidden_dropout", "dropout", "attn_pdrop", "resid_pdrop",
+                 "embd_pdrop", "hidden_dropout_prob", "attention_probs_dropout_prob")  # fmt: skip
+
+
+def has_dropout(model: torch.nn.Module) -> bool:
+    """Whether a training-mode forward of ``model`` is random: a dropout module with ``p > 0``
+    (LoRA's included) or a dropout rate in its Hugging Face config (attention dropout is a
+    functional argument there, not a module)."""
+    if any(isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0
+           for m in model.modules()):  # fmt: skip
+        return True
+    config = getattr(model, "config", None)
+    return any(float(getattr(config, k, 0.0) or 0.0) > 0 for k in _DROPOUT_KEYS)

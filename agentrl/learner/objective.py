@@ -72,11 +72,15 @@ def token_metrics(sums: dict[str, float]) -> dict[str, float]:
     """An update's per-token metrics from its token sums (0 where it trained no token):
     ``entropy`` and ``kl_ref`` (the estimator in the loss) over the tokens in the loss;
     ``clip_frac``, ``ratio_mean``, ``approx_kl_old`` over the policy-gradient tokens; and
-    ``loss_token_fraction``, the tokens in the loss over the response tokens processed."""
+    ``loss_token_fraction``, the tokens in the loss over the response tokens processed; and
+    ``forward_row_fraction``, the rows the forward passes ran over the rows trained (equal rows
+    share one pass)."""
     n, n_pg = sums.get("tokens", 0.0), sums.get("pg_tokens", 0.0)
     resp = sums.get("response_tokens", 0.0)
     out = {k: sums.get(k, 0.0) / n if n else 0.0 for k in ("entropy", "kl_ref")}
     for k in ("clip_frac", "ratio_mean", "approx_kl_old"):
         out[k] = sums.get(k, 0.0) / n_pg if n_pg else 0.0
     out["loss_token_fraction"] = n / resp if resp else 0.0
+    rows = sums.get("rows", 0.0)
+    out["forward_row_fraction"] = sums.get("forward_rows", 0.0) / rows if rows else 0.0
     return out

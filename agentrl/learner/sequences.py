@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["Collated", "StepSequence", "collate", "distinct_rows"]
+__all__ = ["Collated", "StepSequence", "collate", "collate_distinct", "distinct_rows"]
 
 
 @dataclass
@@ -90,6 +90,29 @@ class Collated:
             self.response_width,
         )
 
+    def rows_of(self, inverse: torch.Tensor, seqs: Sequence[StepSequence]) -> Collated:
+        """The batch of ``seqs`` from this batch of their distinct rows: row ``b`` is row
+        ``inverse[b]`` here, with ``seqs[b]``'s own log-probs and step row (equal token ids do not
+        mean equal behaviour log-probs: under asynchronous rollouts they may come from different
+        policy versions)."""
+        old = torch.zeros((len(seqs), self.response_width), dtype=torch.float32)
+        for b, s in enumerate(seqs):
+            if s.old_logprobs:
+                old[b, : len(s.old_logprobs)] = torch.as_tensor(s.old_logprobs, dtype=torch.float32)
+        take = lambda t: None if t is None else t.index_select(0, inverse.to(t.device))  # noqa: E731
+        return Collated(
+            take(self.input_ids),
+            take(self.attention_mask),
+            take(self.position_ids),
+            take(self.response_ids),
+            take(self.response_mask),
+            old.to(self.old_logprobs.device),
+            np.array([s.step_row for s in seqs]),
+            take(self.allowed_ids),
+            self.prompt_width,
+            self.response_width,
+        )
+
 
 def collate(seqs: Sequence[StepSequence], pad_token_id: int) -> Collated:
     """Tensors for a micro-batch of step sequences (see the module docstring for the layout)."""
@@ -153,3 +176,19 @@ def distinct_rows(seqs: Sequence[StepSequence]) -> tuple[np.ndarray, np.ndarray]
             rows.append(i)
         inverse[i] = j
     return np.asarray(rows, np.int64), inverse
+
+
+def collate_distinct(
+    seqs: Sequence[StepSequence], pad_token_id: int
+) -> tuple[Collated, Collated, torch.Tensor | None]:
+    """``(forward, rows, inverse)`` for a micro-batch that may repeat sequences: ``forward``
+    collates each distinct sequence once (:func:`distinct_rows`), ``rows`` is the batch of every
+    sequence (:meth:`Collated.rows_of`) and ``inverse[b]`` is the row of ``forward`` that row ``b``
+    repeats. Without repeats ``forward`` is ``rows`` and ``inverse`` is ``None``."""
+    first, inverse = distinct_rows(seqs)
+    if len(first) == len(seqs):
+        batch = collate(seqs, pad_token_id)
+        return batch, batch, None
+    forward = collate([seqs[int(i)] for i in first], pad_token_id)
+    inv = torch.as_tensor(inverse)
+    return forward, forward.rows_of(inv, seqs), inv

@@ -168,10 +168,15 @@ def plan_micro_batches(
     seqs: Sequence[StepSequence], rows: np.ndarray, size: int, budget: int | None
 ) -> list[list[int]]:
     """Split ``rows`` into micro-batches of similar length (less padding), at most ``size``
-    sequences and (if set) ``budget`` padded tokens each."""
+    sequences and (if set) ``budget`` padded tokens each. Equal rows end up next to each other
+    (ties are broken by the token ids), so that they mostly share a micro-batch and its forward."""
     order = sorted(
         (int(i) for i in rows),
-        key=lambda i: len(seqs[i].prompt_ids) + len(seqs[i].response_ids),
+        key=lambda i: (
+            len(seqs[i].prompt_ids) + len(seqs[i].response_ids),
+            seqs[i].prompt_ids,
+            seqs[i].response_ids,
+        ),
     )
     size = max(1, size)
     out: list[list[int]] = []

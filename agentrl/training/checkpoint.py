@@ -64,10 +64,13 @@ def complete_checkpoints(root: Path) -> list[Path]:
 
 
 def find_checkpoint(path: str | Path) -> Path:
-    """The newest complete checkpoint of a run folder, its checkpoints folder, or a file itself."""
+    """The newest complete checkpoint of a run folder or its checkpoints folder; a checkpoint
+    folder's own (``iter_NNNNNN``); or a file itself."""
     p = Path(path).expanduser()
     if p.is_file():
         return p
+    if _COMPLETE.fullmatch(p.name) and (p / "state.pt").is_file():
+        return p / "state.pt"
     for root in (checkpoint_dir(p), p):
         found = complete_checkpoints(root)
         if found:

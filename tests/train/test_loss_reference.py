@@ -250,3 +250,44 @@ def test_forced_tokens_get_exactly_zero_gradient_and_adam_leaves_their_rows(roll
     assert torch.equal(emb.detach()[rows], before[rows])
     moved = sorted({t for s in seqs for a in s.allowed if len(a) > 1 for t in a})
     assert (emb.detach()[moved] != before[moved]).any(dim=1).all()
+
+
+def test_repeated_rows_share_a_forward_and_keep_their_own_terms(rollout):
+    """Rows with equal token ids (a group's rollouts taking the same action in the same state)
+    run one forward pass between them, but each keeps its own advantage and behaviour
+    log-probs: the loss, gradients and metrics still equal the reference's, which runs every
+    row alone."""
+    model0, tok, seqs, adv, ref_model = rollout
+    rng = np.random.default_rng(1)
+    extra, extra_adv = [], []
+    for k, s in enumerate(seqs[::3]):  # a third of the rows repeated, some twice
+        for _ in range(1 + k % 2):
+            old = np.asarray(s.old_logprobs) + np.where(_forced(s), 0.0, rng.normal(0, 0.3))
+            extra.append(StepSequence(s.prompt_ids, s.response_ids, old.tolist(),
+                                      len(seqs) + len(extra), s.allowed))  # fmt: skip
+            extra_adv.append(rng.normal())
+    both = (model0, tok, seqs + extra, np.concatenate([adv, extra_adv]).astype(np.float32),
+            ref_model)  # fmt: skip
+    shared = []
+    for micro, budget in [(64, None), (5, 400), (1, None)]:
+        got = _compare(both, micro=micro, budget=budget, kl_coef=0.1, entropy_coef=0.05)
+        shared.append(got["forward_row_fraction"])
+    n_distinct = len({(tuple(s.prompt_ids), tuple(s.response_ids)) for s in both[2]})
+    assert shared[0] == pytest.approx(n_distinct / len(both[2]))  # one micro-batch: all shared
+    assert shared[0] <= shared[1] < 1.0 and shared[2] == 1.0
+
+
+def test_dropout_turns_sharing_off(tiny_path):
+    """With dropout each row draws its own mask, so equal rows are no longer equal in training:
+    the learner then runs them separately."""
+    from agentrl.learner.learner import has_dropout
+
+    model, tok, _ = load_model(tiny_path)
+    assert not has_dropout(model)
+    assert Learner(model, LearnerConfig(), tok.pad_token_id)._shares_rows
+    model.config.attention_dropout = 0.1
+    assert has_dropout(model)
+    assert not Learner(model, LearnerConfig(), tok.pad_token_id)._shares_rows
+    model.config.attention_dropout = 0.0
+    model.model.layers[0].mlp.add_module("drop", torch.nn.Dropout(0.2))
+    assert has_dropout(model)
