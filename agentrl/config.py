@@ -781,7 +781,9 @@ class TrainerConfig(LearnerConfig):
     )
     keep_checkpoints: int = opt(2, "checkpoints kept (older ones are deleted)", num(1))
     resume: str | None = opt(
-        None, "a run folder or checkpoint file to continue from", optional(nonempty)
+        None,
+        "a run folder, a checkpoint folder (iter_NNNNNN) or file to continue from",
+        optional(nonempty),
     )
     progress: bool = opt(
         True, "progress: a rich bar on a terminal, one line per iteration otherwise (a log file)"

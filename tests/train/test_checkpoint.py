@@ -55,6 +55,17 @@ def test_a_leftover_temporary_folder_is_never_a_candidate(tmp_path):
     assert find_checkpoint(tmp_path).parent.name == "iter_000003"
 
 
+def test_an_older_checkpoint_folder_names_itself(tmp_path):
+    """``trainer.resume=<run>/checkpoints/iter_NNNNNN`` picks that checkpoint, not the newest."""
+    for it in (1, 2):
+        save_checkpoint(tmp_path, it, _state(), keep=2)
+    older = tmp_path / "checkpoints" / "iter_000001"
+    assert find_checkpoint(older) == older / "state.pt"
+    (older / "state.pt").unlink()  # incomplete: an error, not a silent switch to another one
+    with pytest.raises(CheckpointError, match="no complete checkpoint"):
+        find_checkpoint(older)
+
+
 def test_no_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(CheckpointError, match="no complete checkpoint"):
         find_checkpoint(tmp_path)
