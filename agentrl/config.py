@@ -762,7 +762,7 @@ class MLflowConfig:
 class TrainerConfig(LearnerConfig):
     """Group `trainer`: the learner's hyper-parameters and the loop around it."""
 
-    iterations: int = opt(100, "rollout -> credit -> update cycles (>= 1)", some_iterations)
+    iterations: int = opt(120, "rollout -> credit -> update cycles (>= 1)", some_iterations)
     device: str = opt("auto", "auto: cuda if available, else cpu", device_name)
     num_threads: int | None = opt(
         1,
