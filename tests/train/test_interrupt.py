@@ -125,29 +125,53 @@ def test_the_interrupt_checkpoint_resumes_to_the_uninterrupted_run(tmp_path):
                 assert v == pytest.approx(b[k], rel=1e-6, abs=1e-7), (a["iteration"], k)
 
 
-def test_a_signal_before_the_update_abandons_during_it_finishes():
+@pytest.fixture
+def python_handlers():
+    """Python's own SIGINT/SIGTERM handlers for the test, whatever an earlier test in this
+    process (or a library it loaded) installed; the handlers found are back afterwards."""
+    found = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+    for s, handler in found.items():
+        signal.signal(s, handler)
+
+
+def _wait_for(condition, seconds: float = 30.0) -> None:
+    """Sleep in short steps until ``condition()`` holds: a signal sent to this process may be
+    taken by another thread, and the main thread runs its handler at its next check, which on
+    a loaded machine can be late; a fixed sleep would race it."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the signal handler never ran"
+        time.sleep(0.01)
+
+
+def test_a_signal_before_the_update_abandons_during_it_finishes(python_handlers):
     with interrupts():
         with pytest.raises(Interrupted) as info:
             os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(1)  # the handler runs here
+            _wait_for(lambda: False)  # the handler raises out of this wait
         assert info.value.exit_code == 130
     reached = []
     with interrupts() as sig:
         with pytest.raises(Interrupted) as info, sig.finishing():
             os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(0.2)
+            _wait_for(lambda: sig.signum is not None)
             reached.append("end of the update")  # not cut
         assert info.value.exit_code == 143 and reached == ["end of the update"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
-def test_a_second_signal_is_not_caught():
-    # the second Ctrl-C meets Python's own handler
+def test_a_second_signal_is_not_caught(python_handlers):
+    # the second Ctrl-C meets Python's own handler; it is sent once the first one was handled
+    # (two signals pending at once would reach the handler as one)
     with interrupts() as sig, pytest.raises(KeyboardInterrupt), sig.finishing():
         os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.2)
+        _wait_for(lambda: sig.signum is not None)
         os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(1)
+        _wait_for(lambda: False)  # KeyboardInterrupt raises out of this wait
 
 
 def test_time_based_checkpoints(tmp_path):
