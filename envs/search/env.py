@@ -3,7 +3,9 @@
 Each episode is one question. Actions are text commands: ``search[query]`` returns the top-k
 passages (``topk``, default 3), ``answer[text]`` ends the episode; anything else is invalid
 (``action_valid=False``, the state unchanged, the turn spent). The episode is cut after
-``max_turns`` actions. The same two commands are declared as OpenAI-style function tools in the
+``max_turns`` actions; with ``final_answer=True`` the last of them must be an answer (only
+``answer[...]`` is listed, a search there is invalid), as Search-R1's rollout ends with an answer
+round that runs no search. The same two commands are declared as OpenAI-style function tools in the
 reset info (``info["tools"]``; ``info["tool_actions"]`` maps a call to its text command).
 
 Reward on ``answer``: exact match under Search-R1's normalisation against any golden answer
@@ -132,6 +134,7 @@ class SearchEnv(TextEnv):
         max_turns: int = 4,
         reward: str = "em",
         format_reward: float = 0.0,
+        final_answer: bool = False,
         observation: str = "all",
         state_key: str = "retrieved",
         num_entities: int = 12,
@@ -165,6 +168,7 @@ class SearchEnv(TextEnv):
             raise ValueError(f"format_reward must lie in [0, 1), got {format_reward}")
         self.topk, self.max_turns, self.reward_kind = topk, max_turns, reward
         self.format_reward = format_reward
+        self.final_answer = bool(final_answer)
         self.observation_mode, self.key_mode = observation, state_key
         self.max_search, self.max_answer = max_search_actions, max_answer_actions
         self.max_chars = max_action_chars
@@ -304,6 +308,9 @@ class SearchEnv(TextEnv):
         if isinstance(parsed, str):
             valid, self.all_valid = False, False
             self.note = f"Invalid action ({parsed})."
+        elif parsed[0] == "search" and self._answer_only(self.turns):
+            valid, self.all_valid = False, False
+            self.note = "Invalid action (the last turn takes an answer[...], not a search)."
         elif parsed[0] == "search":
             self._search(parsed[1])
         else:
@@ -312,6 +319,11 @@ class SearchEnv(TextEnv):
         truncated = not self.done and self.turns >= self.max_turns
         extra = self._end() if self.done else {"won": False, "score": 0.0}
         return self.current_observation(), reward, self.done, truncated, self._info(valid, **extra)
+
+    def _answer_only(self, turn: int) -> bool:
+        """Whether turn number ``turn`` (1-based) takes only an answer (``final_answer`` and the
+        last allowed turn)."""
+        return self.final_answer and turn >= self.max_turns
 
     def _search(self, query: str) -> None:
         hits = self.retriever.retrieve([query], self.topk)[0]
@@ -377,6 +389,8 @@ class SearchEnv(TextEnv):
             searches, answers = _dedupe([task.question, *latest, *seen]), _dedupe(latest)
         searches = [s for s in searches if s.lower() not in self.searched][: self.max_search]
         answers = sorted(answers[: self.max_answer])
+        if answers and self._answer_only(self.turns + 1):
+            searches = []
         return [f"search[{s}]" for s in searches] + [f"answer[{a}]" for a in answers]
 
     def expert_action(self) -> str:
@@ -386,11 +400,11 @@ class SearchEnv(TextEnv):
         answer."""
         task = self._task
         assert task is not None, "call reset() first"
-        if task.chain is not None:
+        if task.chain is not None and not self._answer_only(self.turns + 1):
             for entity in task.chain:
                 if entity.lower() not in self.searched:
                     return f"search[{entity}]"
-        elif not self.searched:
+        elif not self.searched and not self._answer_only(self.turns + 1):
             return f"search[{task.question}]"
         return f"answer[{task.answers[0]}]"
 

@@ -548,3 +548,26 @@ def test_local_retriever_checks_its_sizes():
     index = BM25Index.build(["a b", "c d"])
     with pytest.raises(ValueError, match="index of 2 passages"):
         LocalRetriever(index, [])
+
+
+def test_final_answer_turn_lists_only_answers_and_refuses_a_search():
+    """``final_answer=True``: the last turn of ``max_turns`` lists only answers (Search-R1's
+    answer round) and a search there is an invalid action that ends the episode unanswered;
+    earlier turns are unchanged, and the expert answers on the last turn."""
+    env = SearchEnv(max_turns=2, final_answer=True)
+    tid = next(t for t in env.task_ids("test") if t.startswith("3-hop"))
+    _obs, info = env.reset(options={"task_id": tid})
+    first = info["admissible_actions"]
+    assert any(a.startswith("search[") for a in first)  # turn 1 of 2: searches listed
+    entity = env._task.chain[0]
+    _obs, _r, term, trunc, info = env.step(f"search[{entity}]")
+    assert not (term or trunc) and info["admissible_actions"]
+    assert all(a.startswith("answer[") for a in info["admissible_actions"])
+    assert env.expert_action() == f"answer[{env._task.answers[0]}]"
+    obs, reward, term, trunc, info = env.step("search[anything]")
+    assert not info["action_valid"] and reward == 0.0 and trunc and not term
+    assert "last turn takes an answer" in obs
+    plain = SearchEnv(max_turns=2)  # the default keeps every command on the last turn
+    _obs, info = plain.reset(options={"task_id": tid})
+    _obs, _r, _t, _tr, info = plain.step(f"search[{entity}]")
+    assert any(a.startswith("search[") for a in info["admissible_actions"])
