@@ -598,15 +598,28 @@ def test_smollm2_search_cpu_preset_is_the_benchmarked_command():
 
     from .helpers import make_cfg
 
-    ran = (
-        "model=smollm2-135m rollout=vllm env=search env.kwargs.names=words "
-        "env.kwargs.final_answer=true env.kwargs.max_turns=3 env.max_steps=3 "
-        "env.kwargs.question_types=[1-hop,2-hop,comparison] env.eval_episodes=null "
-        "model.prompt.history=0 rollout.tasks_per_iter=4 rollout.group_size=8 "
-        "trainer.entropy_coef=0 trainer.epochs=1 trainer.minibatch_size=32 "
-        "trainer.micro_batch_size=32 trainer.iterations=20 trainer.eval_every=10 "
-        "trainer.num_threads=1 trainer.lr_warmup=2"
-    ).split()
+    ran = [
+        "model=smollm2-135m",
+        "rollout=vllm",
+        "env=search",
+        "env.kwargs.names=words",
+        "env.kwargs.final_answer=true",
+        "env.kwargs.max_turns=3",
+        "env.max_steps=3",
+        "env.kwargs.question_types=[1-hop,2-hop,comparison]",
+        "env.eval_episodes=null",
+        "model.prompt.history=0",
+        "rollout.tasks_per_iter=4",
+        "rollout.group_size=8",
+        "trainer.entropy_coef=0",
+        "trainer.epochs=1",
+        "trainer.minibatch_size=32",
+        "trainer.micro_batch_size=32",
+        "trainer.iterations=20",
+        "trainer.eval_every=10",
+        "trainer.num_threads=1",
+        "trainer.lr_warmup=2",
+    ]
     preset = load_config(make_cfg("+experiment=smollm2-search-cpu"))
     assert preset == load_config(make_cfg(*ran))
     assert (preset.env.id, preset.credit.name, preset.rollout.backend) == (
