@@ -8,7 +8,7 @@ question kind, how often the most likely answer is right against the chance of a
 among the listed answers. Used in docs/benchmarks.md ("SmolLM2-135M on Search-v0") to explain why
 a policy prefers a shortcut to reading.
 
-    python scripts/probe_answer_choice.py --model smollm2-135m env.kwargs.names=words
+    python scripts/probe_answer_choice.py --model smollm2-135m --names words
 """
 
 from __future__ import annotations
@@ -52,13 +52,10 @@ def main() -> None:
         scores = []
         for a in answers:
             r_ids = tok(f"<action>{a}</action>", add_special_tokens=False)["input_ids"]
-            ids = torch.tensor([p_ids + r_ids])
             with torch.no_grad():
-                logp = model(ids).logits[0, :-1].log_softmax(-1)
-            tgt = ids[0, 1:]
-            scores.append(
-                float(logp[len(p_ids) - 1 :].gather(1, tgt[len(p_ids) - 1 :, None]).sum())
-            )
+                logits = model(torch.tensor([p_ids + r_ids])).logits[0, len(p_ids) - 1 : -1]
+            logp = logits.log_softmax(-1).gather(1, torch.tensor(r_ids)[:, None])
+            scores.append(float(logp.sum()))
         best = answers[max(range(len(answers)), key=scores.__getitem__)]
         kind = tid.split("/")[0]
         right[kind].append(float(best == act))

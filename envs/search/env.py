@@ -321,9 +321,10 @@ class SearchEnv(TextEnv):
         return self.current_observation(), reward, self.done, truncated, self._info(valid, **extra)
 
     def _answer_only(self, turn: int) -> bool:
-        """Whether turn number ``turn`` (1-based) takes only an answer (``final_answer`` and the
-        last allowed turn)."""
-        return self.final_answer and turn >= self.max_turns
+        """Whether turn number ``turn`` (1-based) takes only an answer: ``final_answer``, the last
+        allowed turn, and an answer to list (question files with nothing retrieved yet offer
+        none, so that turn keeps its searches, listed and valid)."""
+        return self.final_answer and turn >= self.max_turns and bool(self._choices()[1])
 
     def _search(self, query: str) -> None:
         hits = self.retriever.retrieve([query], self.topk)[0]
@@ -373,10 +374,17 @@ class SearchEnv(TextEnv):
 
     def admissible_actions(self) -> list[str]:
         """The listed commands now (see the module docstring); empty once the episode is over."""
-        task = self._task
-        assert task is not None
         if self.done:
             return []
+        searches, answers = self._choices()
+        if self._answer_only(self.turns + 1):
+            searches = []
+        return [f"search[{s}]" for s in searches] + [f"answer[{a}]" for a in answers]
+
+    def _choices(self) -> tuple[list[str], list[str]]:
+        """The search queries and answers the state offers (capped, answers sorted)."""
+        task = self._task
+        assert task is not None
         if self.world is not None:
             asked = [w for w in self.world.mentions(task.question) if w in self.world.profile]
             latest = [w for p in self.last_hits for w in self.world.mentions(p.text)]
@@ -388,10 +396,7 @@ class SearchEnv(TextEnv):
             seen = [p.title for p in self.retrieved.values() if p.title]
             searches, answers = _dedupe([task.question, *latest, *seen]), _dedupe(latest)
         searches = [s for s in searches if s.lower() not in self.searched][: self.max_search]
-        answers = sorted(answers[: self.max_answer])
-        if answers and self._answer_only(self.turns + 1):
-            searches = []
-        return [f"search[{s}]" for s in searches] + [f"answer[{a}]" for a in answers]
+        return searches, sorted(answers[: self.max_answer])
 
     def expert_action(self) -> str:
         """Gold retrieval, then the answer: search each entity of the question's chain in turn
@@ -400,12 +405,13 @@ class SearchEnv(TextEnv):
         answer."""
         task = self._task
         assert task is not None, "call reset() first"
-        if task.chain is not None and not self._answer_only(self.turns + 1):
-            for entity in task.chain:
-                if entity.lower() not in self.searched:
-                    return f"search[{entity}]"
-        elif not self.searched and not self._answer_only(self.turns + 1):
-            return f"search[{task.question}]"
+        if not self._answer_only(self.turns + 1):
+            if task.chain is not None:
+                for entity in task.chain:
+                    if entity.lower() not in self.searched:
+                        return f"search[{entity}]"
+            elif not self.searched:
+                return f"search[{task.question}]"
         return f"answer[{task.answers[0]}]"
 
     def _info(self, valid: bool, *, won: bool, score: float, answer: str | None = None):

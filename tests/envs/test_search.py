@@ -415,6 +415,11 @@ def test_env_on_files_with_a_cached_index(tmp_path):
     assert (reward, term, info["won"], info["score"]) == (1.0, True, True, 1.0)
     SearchEnv(**kw)  # the second env opens the cached index
     assert (folder / "meta.json").stat().st_mtime_ns == built
+    # final_answer with nothing retrieved offers no answer: the last turn keeps its search
+    one = SearchEnv(**kw, max_turns=1, final_answer=True)
+    _obs, info = one.reset(seed=0)
+    assert info["admissible_actions"] == ["search[What is the capital of France?]"]
+    assert one.step(one.expert_action())[4]["action_valid"]
     os.utime(corpus, ns=(built + 10**9, built + 10**9))  # a changed file is indexed again
     SearchEnv(**kw)
     assert len(list(cache.glob("wiki-*"))) == 2
