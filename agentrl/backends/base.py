@@ -10,6 +10,14 @@ the stop token at the end). At every position the backend samples from the model
 distribution renormalised over the tokens that keep the response a prefix of an allowed sequence
 (a trie), and reports that renormalised log-prob. The learner applies the same trie when it
 recomputes log-probs, so the PPO ratio compares like with like.
+
+Conversations (the seam that engines of several servers and the gateway share): request ``i``
+may name its conversation in ``SamplingParams.sessions[i]`` (an episode of the rollout loop, a
+gateway session). An engine of one process ignores it; an engine that spreads requests over
+several servers (:mod:`agentrl.backends.fleet`) keeps a conversation's calls on one server, whose
+prefix cache holds its growing context. Every :class:`Generation` reports the version of the
+weights that sampled it in ``extra["policy_version"]`` where the engine knows it (the producer
+of asynchronous rollouts and the fleet set it; the trainer's staleness bound reads it).
 """
 
 from __future__ import annotations
@@ -34,6 +42,9 @@ class SamplingParams:
     # With ``request_ids``, request i uses (seed, request_ids[i]) instead: a rank playing part of
     # a batch numbers its requests as one process playing the whole batch would (torchrun).
     request_ids: tuple[int, ...] | None = None
+    # sessions[i]: the conversation request i belongs to (an episode, a gateway session); an
+    # engine of several servers keeps one conversation on one server; others ignore it.
+    sessions: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -42,6 +53,8 @@ class SamplingParams:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must lie in (0, 1], got {self.top_p}")
+        if self.sessions is not None and not all(isinstance(x, str) for x in self.sessions):
+            raise ValueError("sessions must be a tuple of str")
 
 
 @dataclass

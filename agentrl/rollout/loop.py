@@ -149,13 +149,19 @@ class ModelPolicy:
                 allowed.append(None)
         return allowed, action_of
 
-    def _step_sampling(self, step: int, first_request: int | None, n: int) -> SamplingParams:
-        s = self.sampling
+    def _step_sampling(
+        self, step: int, first_request: int | None, episodes: Sequence[Episode]
+    ) -> SamplingParams:
+        """Step ``step``'s seed, the request numbers of a rank's share (``first_request``), and
+        one session per episode (its chunk's seed and trajectory id: a multi-server engine keeps
+        an episode's calls on one server)."""
+        s, n = self.sampling, len(episodes)
+        sessions = tuple(f"{s.seed}:{ep.result.traj}" for ep in episodes)
         if s.seed is not None:
             s = _with(s, seed=(int(s.seed) * 1_000_003 + step) & 0x7FFFFFFF)
         if first_request is not None:
             s = _with(s, request_ids=tuple(range(first_request, first_request + n)))
-        return s
+        return _with(s, sessions=sessions)
 
     def _move(
         self,
@@ -203,7 +209,7 @@ class ModelPolicy:
         self.stats.prompt_overflows += self.builder.overflows - overflow_before
         allowed, action_of = self._allowed(episodes)
         t1 = time.perf_counter()
-        sampling = self._step_sampling(step, first_request, len(episodes))
+        sampling = self._step_sampling(step, first_request, episodes)
         gens = self.backend.generate(prompts, sampling, allowed)
         t2 = time.perf_counter()
         self.stats.engine_calls += 1
