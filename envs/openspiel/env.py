@@ -27,6 +27,7 @@ import numpy as np
 
 from ..base import TextEnv, make_info
 from ..multiagent import agent_info
+from ..tools import fresh, tool, tool_info
 from .bots import make_bot, parse_bot
 
 __all__ = ["GAMES", "OpenSpielEnv", "agent_name"]
@@ -123,7 +124,22 @@ class OpenSpielEnv(TextEnv):
         self._describe = DESCRIBE.get(gt.short_name, self._library_text)
         self._lo, self._hi = float(self.game.min_utility()), float(self.game.max_utility())
         self._identical = gt.utility == gt.Utility.IDENTICAL
+        self.tools = tool_info([tool("play", "Make your move.", action=self._action_schema())],
+                               {"play": "{action}"})  # fmt: skip
         self.state: Any = None
+
+    def _action_schema(self) -> dict[str, Any]:
+        """The ``play`` tool's argument: every action name of the game (an enum) where OpenSpiel
+        names them without a state in play, else any string."""
+        names: dict[str, None] = {}
+        try:
+            state = self.game.new_initial_state()
+            for p in range(self.n):
+                for a in range(self.game.num_distinct_actions()):
+                    names.setdefault(state.action_to_string(p, a), None)
+        except Exception:  # noqa: BLE001 - a game that names actions only in play
+            return {"type": "string", "description": "one of the admissible actions"}
+        return {"type": "string", "enum": list(names)}
 
     # -- tasks -------------------------------------------------------------------------------
     def task_ids(self, split: str, limit: int | None = None) -> list[str]:
@@ -174,7 +190,7 @@ class OpenSpielEnv(TextEnv):
         self._pending: dict[int, int] = {}  # a simultaneous round's actions chosen so far
         self._advance()
         zero = dict.fromkeys(self.agents, 0.0)
-        return self.current_observation(), self._info(True, zero)
+        return self.current_observation(), {**self._info(True, zero), **fresh(self.tools)}
 
     def step(self, action: str):
         if self.state is None:
@@ -258,7 +274,18 @@ class OpenSpielEnv(TextEnv):
             lines = [f"{self.title}: the game is over."]
             lines += [f"{a}: {r:+g}" for a, r in self._returns().items()]
             return "\n".join(lines)
-        return f"{self.title}, player {player}.\n{self._describe(self.state, player)}"
+        return self.view(self.state, player)[0]
+
+    def view(self, state: Any, player: int) -> tuple[str, str, list[str]]:
+        """What ``player`` is shown at ``state`` (any state of this game, e.g. one of OpenSpiel's
+        tabular policy): the observation text, the role instruction and the admissible actions."""
+        observation = f"{self.title}, player {player}.\n{self._describe(state, player)}"
+        role = (
+            f"You are player {player} of {self.n} in {self.title}. "
+            "Answer with one of the admissible actions."
+        )
+        actions = [state.action_to_string(player, a) for a in state.legal_actions(player)]
+        return observation, role, actions
 
     def _outcome(self) -> tuple[dict[str, bool], dict[str, float]]:
         ret = self._returns()
@@ -282,13 +309,7 @@ class OpenSpielEnv(TextEnv):
             role = f"You played {self.title}."
         else:
             key = (agent_name(player), self.information_state(player))
-            actions = [
-                self.state.action_to_string(player, a) for a in self.state.legal_actions(player)
-            ]
-            role = (
-                f"You are player {player} of {self.n} in {self.title}. "
-                "Answer with one of the admissible actions."
-            )
+            _obs, role, actions = self.view(self.state, player)
         return {
             **make_info(
                 instruction=role,
