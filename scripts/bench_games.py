@@ -125,9 +125,13 @@ def evaluate_run(folder: Path, game: str, games: int, opponents: list[str]) -> d
     from agentrl import envs
     from agentrl.backends import make_backend
     from agentrl.config import load_config
-    from agentrl.evaluation.games import SeatPolicy, exploitability, ratings, wdl_table
-    from agentrl.evaluation.games import action_probabilities, outcome
-    from agentrl.episodes import Episode, EpisodeResult, play_episodes
+    from agentrl.episodes import play_episodes
+    from agentrl.evaluation.games import (
+        SeatPolicy,
+        outcome,
+        ratings,
+        wdl_table,
+    )
     from agentrl.methods import build_runner
     from agentrl.models import load_model
     from agentrl.pool import EnvSpec, ResetSpec, make_pool
@@ -138,9 +142,11 @@ def evaluate_run(folder: Path, game: str, games: int, opponents: list[str]) -> d
     torch.set_num_threads(1)
     cfg = load_config(OmegaConf.load(folder / "config.yaml"))
     e = cfg.env
-    tiny = None if cfg.model.tiny is None else {
-        k: getattr(cfg.model.tiny, k) for k in cfg.model.tiny.__dataclass_fields__
-    }
+    tiny = (
+        None
+        if cfg.model.tiny is None
+        else {k: getattr(cfg.model.tiny, k) for k in cfg.model.tiny.__dataclass_fields__}
+    )
     model, tok, _ = load_model(cfg.model.name, tiny=tiny, dtype=cfg.model.dtype, device="cpu")
     base = {k: v.detach().clone() for k, v in model.state_dict().items()}
     width = min(games * len(opponents), 256)
@@ -150,7 +156,8 @@ def evaluate_run(folder: Path, game: str, games: int, opponents: list[str]) -> d
                            seed=cfg.seed)  # fmt: skip
     runner = build_runner(cfg, pool, backend, tok)
     points = [("initial", None)] + [
-        (f"iter{int(p.name[5:])}", p / "state.pt") for p in complete_checkpoints(folder / "checkpoints")
+        (f"iter{int(p.name[5:])}", p / "state.pt")
+        for p in complete_checkpoints(folder / "checkpoints")
     ]
 
     def load(state_path: Path | None) -> None:
@@ -169,7 +176,9 @@ def evaluate_run(folder: Path, game: str, games: int, opponents: list[str]) -> d
     env = envs.make(e.id, **dict(e.kwargs))
     for name, path in points:
         load(path)
-        eps = runner.play(resets, temperature=cfg.rollout.eval_temperature, seed=eval_seed(cfg.seed))
+        eps = runner.play(
+            resets, temperature=cfg.rollout.eval_temperature, seed=eval_seed(cfg.seed)
+        )
         table = wdl_table(eps)
         entry: dict[str, Any] = {"wdl": {opp: o.to_dict() for (_cat, opp), o in table.items()}}
         if GAMES[game]["poker"]:
@@ -183,7 +192,9 @@ def evaluate_run(folder: Path, game: str, games: int, opponents: list[str]) -> d
     for name, path in points[:-1]:
         other = _model_copy(model, base, path)
         load(final_path)
-        mine = ModelPolicy(backend, runner.builder, runner.fmt, sampling, constrained=runner.settings.constrained)
+        mine = ModelPolicy(
+            backend, runner.builder, runner.fmt, sampling, constrained=runner.settings.constrained
+        )
         theirs_backend = make_backend(OmegaConf.to_container(OmegaConf.structured(cfg.rollout)), other, tok,
                                       seed=cfg.seed)  # fmt: skip
         theirs = ModelPolicy(theirs_backend, runner.builder, runner.fmt, sampling,
@@ -192,7 +203,9 @@ def evaluate_run(folder: Path, game: str, games: int, opponents: list[str]) -> d
         for seat in range(2):
             policy = SeatPolicy({f"player_{seat}": mine}, default=theirs)
             specs = [ResetSpec(i, None, {"task_id": f"self#{3_000_000_000 + i}"}) for i in range(n)]
-            for ep in play_episodes(pool, policy, specs, max_steps=e.max_steps, width=min(n, len(pool))):
+            for ep in play_episodes(
+                pool, policy, specs, max_steps=e.max_steps, width=min(n, len(pool))
+            ):
                 matches.append((final_name, name, outcome(ep, f"player_{seat}")))
     for name, entry in report["points"].items():
         for opp, o in entry["wdl"].items():
@@ -201,8 +214,10 @@ def evaluate_run(folder: Path, game: str, games: int, opponents: list[str]) -> d
     order = np.random.default_rng(0).permutation(len(matches))
     report["ratings"] = ratings([matches[i] for i in order])
     report["checkpoint_matches"] = {
-        name: {k: sum(1 for a, b, r in matches if a == final_name and b == name and r == k)
-               for k in ("win", "draw", "loss")}  # fmt: skip
+        name: {
+            k: sum(1 for a, b, r in matches if a == final_name and b == name and r == k)
+            for k in ("win", "draw", "loss")
+        }  # fmt: skip
         for name, _ in points[:-1]
     }
     pool.close()
@@ -278,7 +293,12 @@ def tables(game: str, results: dict[str, list[dict[str, Any]]]) -> tuple[str, di
             cells = [str(r["seed"])]
             for opp in opps:
                 a, b = ini["wdl"][opp], fin["wdl"][opp]
-                cells += [_fmt(a["loss"]), f"**{_fmt(b['loss'])}**", _fmt(a["non_loss"]), f"**{_fmt(b['non_loss'])}**"]
+                cells += [
+                    _fmt(a["loss"]),
+                    f"**{_fmt(b['loss'])}**",
+                    _fmt(a["non_loss"]),
+                    f"**{_fmt(b['non_loss'])}**",
+                ]
             if poker:
                 ini_x.append(ini["exploitability"])
                 fin_x.append(fin["exploitability"])
@@ -289,8 +309,9 @@ def tables(game: str, results: dict[str, list[dict[str, Any]]]) -> tuple[str, di
                 mcts = next(o for o in opps if o.startswith("mcts"))
                 nl_ok = fin["wdl"][mcts]["non_loss"][1] > ini["wdl"][mcts]["non_loss"][2]
                 ok_all &= loss_ok and nl_ok
-            cpu = (r.get("train_cpu_s") or 0) + (r.get("eval_cpu_s") or 0)
-            cells.append(f"{r.get('train_cpu_s', 0) / 60:.1f} + {(r.get('eval_cpu_s') or 0) / 60:.1f}")
+            cells.append(
+                f"{r.get('train_cpu_s', 0) / 60:.1f} + {(r.get('eval_cpu_s') or 0) / 60:.1f}"
+            )
             lines.append("| " + " | ".join(cells) + " |")
         if poker and len(runs) > 1:
             a, b = _boot(ini_x), _boot(fin_x)
@@ -335,12 +356,14 @@ def main() -> int:
     seeds = parse_seeds(args.seeds)
     out = args.out or ROOT / "runs" / f"games_{args.game}"
     out.mkdir(parents=True, exist_ok=True)
-    print(f"plan: game {args.game}, credits {args.credits}, seeds {seeds}, overrides {args.overrides}")
+    print(
+        f"plan: game {args.game}, credits {args.credits}, seeds {seeds}, overrides {args.overrides}"
+    )
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
         futs = {(c, s): ex.submit(train_and_evaluate, args.game, c, s, out, args)
                 for s in seeds for c in args.credits}  # fmt: skip
         results = {c: [] for c in args.credits}
-        for (c, s), f in futs.items():
+        for (c, _s), f in futs.items():
             r = f.result()
             if r is not None:
                 results[c].append(r)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from agentrl.credit import StepBatch
 
 from agentrl import credit
-from agentrl.credit import StepBatch
 
 
 def _selfplay_batch(**changes) -> StepBatch:
