@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..backends.trie import allowed_per_position
 from ..episodes import Episode, EpisodeResult, Move, Policy
 from .stats import wilson_interval
 
@@ -143,8 +144,6 @@ def action_probabilities(
     distribution is renormalised over the tokens that continue some choice (the trie the rollout
     restricts sampling to), and a choice's probability is the product along its tokens."""
     import torch
-
-    from ..backends.trie import allowed_per_position
 
     out: list[dict[str, float]] = []
     device = next(model.parameters()).device
