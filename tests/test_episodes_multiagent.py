@@ -97,3 +97,11 @@ def test_single_agent_episodes_pass_unchanged():
     eps = play_episodes(pool, Right(), [ResetSpec(0, seed=0)], max_steps=3)
     assert agent_views(eps) == eps and eps[0].steps[0].agent is None
     assert Turn("o", "r").agent is None
+
+
+def test_dynamic_sampling_sees_the_first_seats_return():
+    from agentrl.training.iteration import _return_with_penalty
+
+    (ep, _), _policy = _play()
+    assert ep.total_reward == 0.0  # zero-sum: the agents' rewards cancel
+    assert _return_with_penalty(ep, -0.1) == 1.0  # x won: its return, no invalid step
