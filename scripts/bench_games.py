@@ -283,7 +283,7 @@ def tables(game: str, results: dict[str, list[dict[str, Any]]]) -> tuple[str, di
         for opp in opps:
             head += [f"loss vs {opp}: initial", "final", f"non-loss vs {opp}: initial", "final"]
         if poker:
-            head += ["exploitability: initial", "final"]
+            head += ["exploitability per checkpoint (initial, iter 20, 40, ...)", "final"]
         head += ["CPU min (train + eval)"]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         ok_all, ini_x, fin_x = True, [], []
@@ -302,7 +302,8 @@ def tables(game: str, results: dict[str, list[dict[str, Any]]]) -> tuple[str, di
             if poker:
                 ini_x.append(ini["exploitability"])
                 fin_x.append(fin["exploitability"])
-                cells += [f"{ini['exploitability']:.4f}", f"**{fin['exploitability']:.4f}**"]
+                curve = " → ".join(f"{p['exploitability']:.3f}" for p in pts.values())
+                cells += [curve, f"**{fin['exploitability']:.4f}** ({list(pts)[-1]})"]
                 ok_all &= fin["exploitability"] < ini["exploitability"]
             else:
                 loss_ok = fin["wdl"]["random"]["loss"][0] < 0.10
@@ -346,6 +347,11 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--fresh", action="store_true")
     ap.add_argument("--check", action="store_true", help="exit 1 unless every bar is met")
+    ap.add_argument(
+        "--collect",
+        action="store_true",
+        help="only tabulate the evaluations already in --out (runs still training are left out)",
+    )
     ap.add_argument("--evaluate-run", type=Path, default=None, help=argparse.SUPPRESS)
     ap.add_argument("overrides", nargs="*", help="train overrides for every run")
     args = ap.parse_args()
