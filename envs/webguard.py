@@ -20,6 +20,7 @@ a refused WebSocket handshake is closed (HTTP 403) before it is accepted.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import sys
@@ -109,6 +110,10 @@ class RequestGuard:
         except _TooLarge:
             if not started:
                 await _answer(send, 413, f"request body is over the {self.max_body}-byte limit")
+        except asyncio.CancelledError:  # the server is stopping and does not wait for this call
+            if not started:
+                with contextlib.suppress(Exception):
+                    await _answer(send, 503, "the server is shutting down")
         except Exception as exc:  # noqa: BLE001 - any bug in a handler: one line, one 500
             print(
                 f"{self.name}: {scope.get('method', '')} {scope.get('path', '')} failed: "
