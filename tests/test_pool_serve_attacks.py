@@ -4,6 +4,7 @@ session plays an expert episode, which must stay identical to a local env's."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 import socket
@@ -222,10 +223,8 @@ def test_sigterm_does_not_wait_for_an_env_call_in_flight():
 
 
 def _quietly(fn, *args, **kwargs):
-    try:
+    with contextlib.suppress(httpx.HTTPError):
         fn(*args, **kwargs)
-    except httpx.HTTPError:
-        pass
 
 
 def test_the_readme_recipe_serves_what_the_default_run_needs():
