@@ -14,11 +14,11 @@ import pytest
 from agentrl.envs import TextEnv, make_info, tool, tool_info
 from agentrl.envs.contract import RULES, check_contract
 
-#: The multi-agent rules: a single-agent env skips them (tests/envs/test_openspiel.py has theirs).
-MULTI_AGENT_RULES = ("agents", "hidden")
-
 from agentrl import envs
 from agentrl.check_env import main as check_main
+
+#: The multi-agent rules: a single-agent env skips them (tests/envs/test_openspiel.py has theirs).
+MULTI_AGENT_RULES = ("agents", "hidden")
 
 _COUNTER = itertools.count()  # test-only: state keys and seed-blind starts that differ every time
 
