@@ -84,7 +84,9 @@ class OpenSpielEnv(TextEnv):
         game: an OpenSpiel game string (``"tic_tac_toe"``, ``"leduc_poker"``,
             ``"goofspiel(num_cards=4)"``...).
         opponent: ``None`` (self-play: the caller plays every seat) or a bot spec (``"random"``,
-            ``"mcts:N"``) that plays every seat but the caller's in training games.
+            ``"mcts:N"``) that plays every seat but the caller's in training games; or a list of
+            them (``"self"`` for self-play), one drawn per training game from its seed (a pool
+            of opponents).
         eval_opponents: the bots of the held-out split (``task_ids("test")``).
         title: the game's name in the text (default: OpenSpiel's long name).
     """
@@ -93,7 +95,7 @@ class OpenSpielEnv(TextEnv):
         self,
         game: str = "tic_tac_toe",
         *,
-        opponent: str | None = None,
+        opponent: str | Sequence[str] | None = None,
         eval_opponents: Sequence[str] = ("random",),
         title: str | None = None,
         render_mode: str | None = None,
@@ -113,9 +115,13 @@ class OpenSpielEnv(TextEnv):
         self.title = title or gt.long_name
         self.n = self.game.num_players()
         self.agents = [agent_name(p) for p in range(self.n)]
-        self.opponent = opponent
-        if opponent is not None:
-            parse_bot(opponent, self.game)
+        pool = [opponent] if opponent is None or isinstance(opponent, str) else list(opponent)
+        self.opponents = [None if o in (None, "self") else str(o) for o in pool]
+        if not self.opponents:
+            raise ValueError("opponent: an empty list of opponents")
+        for o in self.opponents:
+            if o is not None:
+                parse_bot(o, self.game)
         self.eval_opponents = list(eval_opponents)
         for spec in self.eval_opponents:
             parse_bot(spec, self.game)
@@ -176,7 +182,9 @@ class OpenSpielEnv(TextEnv):
         task_id = (options or {}).get("task_id")
         if task_id is None:
             s = int(seed) if seed is not None else int(self.np_random.integers(0, 2**31 - 1))
-            task_id = f"self#{s}" if self.opponent is None else f"{self.opponent}@{s % self.n}#{s}"
+            pick = np.random.default_rng([s, 1]).integers(len(self.opponents))
+            spec = self.opponents[int(pick)]
+            task_id = f"self#{s}" if spec is None else f"{spec}@{s % self.n}#{s}"
         spec, seat, s = self._parse_task(str(task_id))
         self.task_id = str(task_id)
         self._chance = np.random.default_rng(s)

@@ -120,3 +120,17 @@ def test_single_agent_envs_skip_the_multi_agent_rules():
         lambda: envs.make("FrozenLake-v0"), seeds=(0,), rules=["agents", "hidden"]
     )
     assert [r.ok for r in results] == [None, None]
+
+
+def test_a_pool_of_opponents_is_drawn_per_training_game():
+    env = envs.make("TicTacToe-v0", opponent=["self", "random", "mcts:3"])
+    drawn = {env.reset(seed=s)[1]["task_id"].split("#")[0].split("@")[0] for s in range(30)}
+    assert drawn == {"self", "random", "mcts:3"}
+    again = [
+        envs.make("TicTacToe-v0", opponent=["self", "random"]).reset(seed=s)[1]["task_id"]
+        for s in range(5)
+    ]
+    assert again == [
+        envs.make("TicTacToe-v0", opponent=["self", "random"]).reset(seed=s)[1]["task_id"]
+        for s in range(5)
+    ]
