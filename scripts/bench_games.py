@@ -365,14 +365,25 @@ def main() -> int:
     print(
         f"plan: game {args.game}, credits {args.credits}, seeds {seeds}, overrides {args.overrides}"
     )
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
-        futs = {(c, s): ex.submit(train_and_evaluate, args.game, c, s, out, args)
-                for s in seeds for c in args.credits}  # fmt: skip
-        results = {c: [] for c in args.credits}
-        for (c, _s), f in futs.items():
-            r = f.result()
-            if r is not None:
-                results[c].append(r)
+    results: dict[str, list[dict[str, Any]]] = {c: [] for c in args.credits}
+    if args.collect:  # no training: the evaluations already written
+        for c in args.credits:
+            for seed in seeds:
+                folder = out / c / f"seed_{seed}"
+                f, stamp = folder / "games_eval.json", folder / "bench_run.json"
+                if f.is_file():
+                    cpu = json.loads(stamp.read_text()).get("cpu_s") if stamp.is_file() else None
+                    results[c].append(
+                        {"seed": seed, "train_cpu_s": cpu, **json.loads(f.read_text())}
+                    )
+    else:
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
+            futs = {(c, s): ex.submit(train_and_evaluate, args.game, c, s, out, args)
+                    for s in seeds for c in args.credits}  # fmt: skip
+            for (c, _s), f in futs.items():
+                r = f.result()
+                if r is not None:
+                    results[c].append(r)
     text, verdict = tables(args.game, results)
     header = f"## {args.game}: seeds {seeds}, overrides {args.overrides or 'none'}\n"
     (out / "table.md").write_text(header + text + "\n")
