@@ -311,7 +311,7 @@ def tables(game: str, results: dict[str, list[dict[str, Any]]]) -> tuple[str, di
                 nl_ok = fin["wdl"][mcts]["non_loss"][1] > ini["wdl"][mcts]["non_loss"][2]
                 ok_all &= loss_ok and nl_ok
             cells.append(
-                f"{r.get('train_cpu_s', 0) / 60:.1f} + {(r.get('eval_cpu_s') or 0) / 60:.1f}"
+                f"{(r.get('train_cpu_s') or 0) / 60:.1f} + {(r.get('eval_cpu_s') or 0) / 60:.1f}"
             )
             lines.append("| " + " | ".join(cells) + " |")
         if poker and len(runs) > 1:
