@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import re
 import shlex
 import subprocess
@@ -110,13 +111,14 @@ def test_readme_evaluation_and_env_check_run(tmp_path):
     evaluate = "python -m agentrl.evaluate agent=expert"
     check = "python -m agentrl.check_env Sokoban-v0"
     assert evaluate in lines and check in lines
-    for line, extra in ((evaluate, [f"output_dir={tmp_path}"]), (check, [])):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for line in (evaluate, check):  # in a fresh folder, where Hydra writes its run folder
         out = subprocess.run(
-            [sys.executable, *shlex.split(line)[1:], *extra],
-            cwd=ROOT, capture_output=True, text=True, timeout=300,
+            [sys.executable, *shlex.split(line)[1:]],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         assert out.returncode == 0, (line, out.stderr[-2000:])
-    assert (tmp_path / "results.json").is_file()
+    assert list(tmp_path.glob("outputs/*/*/results.json"))
 
 
 def test_scripts_named_by_the_first_commands_exist_and_answer_help():
@@ -170,7 +172,7 @@ def test_marked_python_blocks_run(block, tmp_path):
     out = subprocess.run(
         [sys.executable, "-c", code],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
-        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     assert out.returncode == 0, (name, out.stderr[-3000:])
 
