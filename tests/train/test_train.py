@@ -20,6 +20,8 @@ from .helpers import SMOKE, make_cfg, options
 
 #: What a module needs beyond the smoke settings (HiPER's three spans need more response tokens).
 MODULE_OVERRIDES = {"hiper": ["model.max_new_tokens=64"]}
+#: What an env needs beyond them (OpenSpiel's tic-tac-toe moves, "x(0,0)", take 9 tiny tokens).
+ENV_OVERRIDES = {"tictactoe": ["model.max_new_tokens=10"]}
 
 
 def _run(tmp_path, *overrides):
@@ -43,7 +45,7 @@ def test_required_env_configs_exist():
 
 @pytest.mark.parametrize("env", options("env"))
 def test_smoke_per_env(tmp_path, env):
-    summary = _run(tmp_path, f"env={env}", "env.max_steps=4")
+    summary = _run(tmp_path, f"env={env}", "env.max_steps=4", *ENV_OVERRIDES.get(env, []))
     assert summary.iterations == 2 and summary.eval_episodes == 4
     rows = _rows(tmp_path)
     assert [r["phase"] for r in rows] == ["eval_initial", "train", "train", "eval_final", "summary"]
