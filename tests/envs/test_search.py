@@ -459,7 +459,9 @@ def test_contract_with_the_tiny_models_tokenizer():
         max_new_tokens=budget,
     )  # fmt: skip
     assert [r.rule for r in results] == list(RULES)
-    assert all(r.ok for r in results), [r.line() for r in results if not r.ok]
+    assert all(r.ok is not False for r in results), [r.line() for r in results if not r.ok]
+    # a single-agent env skips only the multi-agent rules
+    assert {r.rule for r in results if r.ok is None} == {"agents", "hidden"}
 
 
 def test_expert_answers_every_held_out_question():
