@@ -30,13 +30,13 @@ import argparse
 import json
 import random
 import sys
-from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from agentrl.envs.tools import tool, tool_info
+
 from agentrl.evaluation.endpoint import EndpointAgent
 from agentrl.rollout.tools import ToolCallFormat
 
@@ -159,7 +159,9 @@ def _kind(rng: random.Random, syntax: str, kind: str) -> str:  # noqa: C901, PLR
     if kind == "no_args":
         return _wrap(rng, syntax, _dumps(rng, {"name": rng.choice([name, "look"])}))
     if kind == "both_keys":
-        return _wrap(rng, syntax, _dumps(rng, {"name": name, "arguments": args, "parameters": args}))
+        return _wrap(
+            rng, syntax, _dumps(rng, {"name": name, "arguments": args, "parameters": args})
+        )
     if kind == "null_args":
         return _wrap(rng, syntax, _dumps(rng, {"name": name, key: None}))
     if kind == "tag_in_string":
@@ -169,9 +171,11 @@ def _kind(rng: random.Random, syntax: str, kind: str) -> str:  # noqa: C901, PLR
         text = _words(rng, 0, 2) + " </tool_call> " + _words(rng, 0, 2)
         return _call(rng, syntax, "answer", args={"text": text.strip()})
     if kind == "text_before":
-        return rng.choice(["Let me search.", "Sure!", "I'll move up.", "Thinking..."]) + rng.choice(
-            [" ", "\n"]
-        ) + _call(rng, syntax)
+        return (
+            rng.choice(["Let me search.", "Sure!", "I'll move up.", "Thinking..."])
+            + rng.choice([" ", "\n"])
+            + _call(rng, syntax)
+        )
     if kind == "text_after":
         return _call(rng, syntax) + rng.choice([" Done.", "\nHope this helps!", " ok", "\n."])
     if kind == "think_before":
@@ -209,7 +213,9 @@ def _kind(rng: random.Random, syntax: str, kind: str) -> str:  # noqa: C901, PLR
     if kind == "no_name":
         return _wrap(rng, syntax, _dumps(rng, {key: args}))
     if kind == "name_not_string":
-        return _wrap(rng, syntax, _dumps(rng, {"name": rng.choice([3, None, ["search"]]), key: args}))
+        return _wrap(
+            rng, syntax, _dumps(rng, {"name": rng.choice([3, None, ["search"]]), key: args})
+        )
     if kind == "unknown_tool":
         return _call(rng, syntax, rng.choice(["find", "Search", "open", "search_web"]), args=args)
     if kind == "wrong_type":
@@ -365,7 +371,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="write the result as JSON")
     args = ap.parse_args()
     res = run(args.n, args.seed)
-    print(f"{'syntax':<12} {'kind':<16} {'outputs':>7} {'agree':>6} {'in-proc ok':>10} {'served ok':>9}")
+    print(
+        f"{'syntax':<12} {'kind':<16} {'outputs':>7} {'agree':>6} {'in-proc ok':>10} {'served ok':>9}"
+    )
     for r in res["kinds"]:
         flag = "  (hidden by the server)" if r["kind"] in HIDDEN[r["syntax"]] else ""
         print(f"{r['syntax']:<12} {r['kind']:<16} {r['outputs']:>7} {r['agree']:>6} "

@@ -108,7 +108,9 @@ def test_the_endpoint_reads_a_native_reply_through_the_same_function(corpus):
     message = SimpleNamespace(
         content=None,
         tool_calls=[
-            SimpleNamespace(id="c1", function=SimpleNamespace(name="move", arguments='{"direction": "up"}'))
+            SimpleNamespace(
+                id="c1", function=SimpleNamespace(name="move", arguments='{"direction": "up"}')
+            )
         ],
     )
     ep = SimpleNamespace(memory=[])

@@ -52,7 +52,10 @@ def call(name: str, args: dict, wrap: bool = True) -> str:
         (call("search", {"query": "Alice Smith"}), "search[Alice Smith]"),
         (call("answer", {"text": "Zoë 東京 🙂"}), "answer[Zoë 東京 🙂]"),  # unicode kept as is
         ('<tool_call>{"name":"move","arguments":{"direction":"up"}}</tool_call>', "up"),
-        ('  <tool_call>\n{"name": "move", "arguments": {"direction": "down"}}\n</tool_call>\n', "down"),
+        (
+            '  <tool_call>\n{"name": "move", "arguments": {"direction": "down"}}\n</tool_call>\n',
+            "down",
+        ),
         # a literal <tool_call> inside an argument string is text (vLLM's hermes parser agrees)
         (call("answer", {"text": "write <tool_call> tags"}), "answer[write <tool_call> tags]"),
     ],
