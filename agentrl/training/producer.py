@@ -12,7 +12,9 @@
   once the learner has published version ``b - k`` (a version counts learner updates, so the
   learner at iteration ``b`` holds version ``b``). The learner takes a group only if its oldest
   token is at most ``k`` versions old and counts what it drops: with this gate none is, the
-  filter keeps the bound whatever the timing. This is AReaL's bound (Fu et al. 2025, "AReaL: A
+  filter keeps the bound whatever the timing. A dropped group is replaced by the next one
+  played, so a drop leaves the run's last iteration one group short (``async/short_groups``):
+  it trains on what is left rather than wait for a batch that never comes. This is AReaL's bound (Fu et al. 2025, "AReaL: A
   Large-Scale Asynchronous Reinforcement Learning System for Language Reasoning",
   ``max_head_offpolicyness``: rollouts are submitted only while at most ``k`` batches ahead of
   the trainer's version); AReaL counts samples, we count whole iterations' batches.
@@ -195,7 +197,7 @@ class GroupBuffer:
     cond: threading.Condition = field(default_factory=threading.Condition)
     batches: deque = field(default_factory=deque)  # Batch, some of its groups maybe taken
     error: BaseException | None = None
-    done: bool = False  # the producer ended (normally or not)
+    done: bool = False  # no batch will come any more (the producer played its last, or ended)
     dropped: int = 0  # groups dropped so far
 
     def put(self, batch: Batch) -> None:
@@ -230,14 +232,18 @@ class GroupBuffer:
         """``(groups, the batches they start, groups dropped now)`` for a learner at ``version``:
         ``n`` groups, a dropped group replaced by the next one played; ``n = None``: the next
         batch whole, however many groups it holds (dynamic sampling's ``when_short=keep``), the
-        one after it if every group of it is dropped."""
+        one after it if every group of it is dropped. Once the producer has played its last
+        batch (:meth:`finish`) the groups left are all there is: fewer than ``n`` come back
+        (each drop made the last iteration one group short), none at all is an error."""
         out, batches, dropped = [], [], 0
         with self.cond:
             while n is None or len(out) < n:
                 self.check()
                 if not self.batches:
+                    if self.done and out:  # nothing more comes: a short batch, not a hang
+                        break
                     if self.done:
-                        left = "its next batch" if n is None else f"{n - len(out)} of {n} groups"
+                        left = "its next batch" if n is None else f"{n} of {n} groups"
                         raise ProducerError(f"rollout producer ended with {left} left to give")
                     self.cond.wait()
                     continue
@@ -388,6 +394,8 @@ class Producer:
             "async/producer_play_s": float(sum(b.play_s for b in batches)),
             "async/producer_idle_s": float(idle),
             "async/queued_groups": float(self.buffer.queued()),
+            # groups the last iteration lacks: earlier drops were filled from later batches
+            "async/short_groups": float(n - len(groups)) if n is not None else 0.0,
         }
         return [ep for g in groups for ep in g], metrics, stats
 
@@ -458,6 +466,7 @@ class Producer:
                     self.idle_s += idle
                 play_s = time.perf_counter() - t1
                 self.buffer.put(Batch(b, groups, stats, play_s, idle, metrics))
+            self.buffer.finish()  # the learner takes what is left, never waits for more
             with self.cond:  # all played: stay pausable until told to stop
                 while not self._stop:
                     self._is_paused = True

@@ -3,6 +3,7 @@ its failures and shutdown, and end-to-end runs against the synchronous loop."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -178,6 +179,53 @@ def test_the_buffer_drops_and_counts_groups_older_than_k():
         prod.close()
     assert metrics["async/dropped_groups"] == 2 and prod.buffer.dropped == 2
     assert {s.policy_version for ep in eps for s in ep.steps} == {1}  # batch 2 at version 1
+
+
+def test_a_dropped_group_leaves_the_last_iteration_short_instead_of_hanging():
+    """Force the drop the gate prevents (one group of batch 1 sampled, as it were, by a version
+    long gone): iteration 1 fills the gap from batch 2, so the last iteration finds one group
+    fewer than it asks for, and takes them instead of waiting for a batch that never comes."""
+    cfg = _cfg(1, False, 3)
+    prod = _producer(cfg, _Engine(0.0), 1)
+    play = prod._play
+
+    def stale_group_in_batch_1(b, runner, stats):
+        eps = play(b, runner, stats)
+        if b == 1:
+            for ep in eps[: cfg.rollout.group_size]:
+                ep.steps = [dataclasses.replace(s, policy_version=-5) for s in ep.steps]
+        return eps
+
+    prod._play = stale_group_in_batch_1
+    rows: list = []
+    runner = threading.Thread(target=lambda: rows.append(_take_all(prod, 3)), daemon=True)
+    runner.start()
+    runner.join(timeout=30)
+    hung = runner.is_alive()
+    if hung:
+        prod.close()
+    assert not hung, "the learner waited for a batch the producer never plays"
+    [(sizes, metrics)] = rows
+    g = cfg.rollout.group_size
+    assert sizes == [2 * g, 2 * g, 1 * g]  # the third iteration lacks the dropped group
+    assert [m["async/dropped_groups"] for m in metrics] == [0, 1, 0]
+    assert [m["async/short_groups"] for m in metrics] == [0, 0, 1]
+    assert not any(t.name == "agentrl-producer" for t in threading.enumerate())
+
+
+def _take_all(prod: Producer, iterations: int) -> tuple[list[int], list[dict]]:
+    sizes, metrics = [], []
+    prod.start(0)
+    try:
+        for it in range(iterations):
+            eps, m, _ = prod.take(it)
+            sizes.append(len(eps))
+            metrics.append(m)
+            prod.fake_learner.version = it + 1
+            prod.publish(it + 1)
+    finally:
+        prod.close()
+    return sizes, metrics
 
 
 def test_a_producer_that_raises_ends_the_take_with_its_message():
