@@ -28,8 +28,10 @@ one before credit, the learner is sharded with FSDP2, and rank 0 logs and writes
 every ``DP.``/``D.`` call below is a no-op.
 
 Reproducibility: every random choice of iteration ``i`` is seeded from ``(seed, i)`` (tasks,
-sampling, mini-batch order), so a resumed run continues exactly as the uninterrupted run would
-(same machine; another CPU's floating-point order changes the trajectory).
+sampling, mini-batch order), and with ``rollout.staleness >= 1`` a checkpoint keeps the policy
+versions its next batches sample with, so a resumed run continues exactly as the uninterrupted
+run would (same machine; another CPU's floating-point order changes the trajectory). Not with
+``rollout.partial_rollouts=true``, whose versions depend on the threads' timing in any run.
 """
 
 from __future__ import annotations
@@ -170,7 +172,7 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
         return report, report.metrics("eval")
 
     # -- resume -----------------------------------------------------------------------------------
-    history, initial, start = [], None, 0
+    history, initial, start, played_with = [], None, 0, None
     if t.resume:
         ck = find_checkpoint(t.resume)
         state = load_checkpoint(ck, iterations=t.iterations)  # within the run, or refused
@@ -180,6 +182,7 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
             list(state["history"]),
             state.get("initial_eval"),
         )
+        played_with = state.get("rollout_weights")  # staleness >= 1: the versions in flight
         if r.staleness == 0:  # the engine started from the base (a producer loads them itself)
             if p.engine_model is not None:  # torchrun: the engine's unsharded copy
                 learner.sync_to(p.engine_model)
@@ -199,7 +202,8 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
 
     def checkpoint(n: int) -> Path:
         state = {"history": history, "initial_eval": initial,
-                 "config": OmegaConf.to_container(OmegaConf.structured(cfg))}  # fmt: skip
+                 "config": OmegaConf.to_container(OmegaConf.structured(cfg)),
+                 "rollout_weights": rollouts.rollout_state()}  # fmt: skip
         if dist.distributed:  # DCP: every rank writes its shards
             saved[n] = save_run_checkpoint(out, n, state, learner, keep=t.keep_checkpoints)
         else:
@@ -238,7 +242,7 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
                 )
                 progress.note(f"initial greedy success {o.success_rate:.1%}")
             # -- the loop ------------------------------------------------------------------------
-            rollouts.start(start)
+            rollouts.start(start, played_with)
             for it in range(start, t.iterations):
                 with Timer() as t_roll:  # 1. rollout (+ dynamic sampling's extra groups)
                     eps, roll_metrics, stats = rollouts.take(it)  # k >= 1: the producer's

@@ -11,7 +11,8 @@ prints the held-out success before and after. Examples::
 Exit codes: 0 done; 2 a bad config (one line per problem, naming the key; nothing was started);
 3 training stopped early (non-finite numbers; the last good checkpoint is kept); 130 / 143
 interrupted by SIGINT / SIGTERM (128 + the signal's number; a checkpoint of the iterations done
-and their summary are written: ``trainer.resume=<the printed checkpoint>`` continues exactly).
+and their summary are written: ``trainer.resume=<the printed checkpoint>`` continues exactly,
+asynchronous rollouts included, except with ``rollout.partial_rollouts=true``).
 """
 
 from __future__ import annotations

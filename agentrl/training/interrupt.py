@@ -7,7 +7,9 @@ its update runs (inside :meth:`Interrupts.finishing`: the update, the weight syn
 iteration's metrics row complete, then :class:`Interrupted` is raised). Either way the learner
 holds exactly the state after the last finished iteration, which the recipe then checkpoints:
 resuming from it continues as the uninterrupted run would (every random choice of iteration
-``i`` is seeded from ``(seed, i)``).
+``i`` is seeded from ``(seed, i)``; with ``rollout.staleness >= 1`` the checkpoint keeps the
+policy versions the next batches sample with; ``rollout.partial_rollouts=true`` runs depend on
+the threads' timing and are not reproduced).
 
 A second signal is not caught (the handlers are the previous ones again after the first): a
 second Ctrl-C ends the process at once, without a checkpoint. Under ``torchrun`` nothing is
