@@ -23,13 +23,13 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from .config import ConfigError, load_config
+from .config import ConfigError, TrainConfig, load_config
 from .distributed import close_distributed, record
 from .overrides import unknown_group_option
 from .recipe import TrainingStopped, train
 from .training.checkpoint import CheckpointError
 from .training.interrupt import Interrupted
-from .training.preflight import preflight
+from .training.preflight import budget_is_preset, preflight
 
 _started: list[bool] = []  # set once Hydra has composed the config and called main()
 
@@ -41,8 +41,7 @@ def main(raw: DictConfig) -> None:
     _started.append(True)
     out = raw.get("output_dir") or HydraConfig.get().runtime.output_dir
     try:
-        cfg = load_config(raw)
-        preflight(cfg, out)
+        cfg = prepare(raw, out)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         sys.exit(2)
@@ -56,6 +55,17 @@ def main(raw: DictConfig) -> None:
     except (CheckpointError, ConfigError) as exc:  # a checkpoint, LoRA targets, the vLLM engine
         print(exc, file=sys.stderr)
         sys.exit(2)
+
+
+def prepare(raw: DictConfig, out: str | None) -> TrainConfig:
+    """The typed config of a composed one, checked before any work (:func:`load_config`,
+    :func:`preflight`); a response budget left to the model preset is fitted to the run's
+    action format (a method's own, the tool-call format), and the line saying so printed.
+    Raises :class:`ConfigError`."""
+    cfg = load_config(raw)
+    for note in preflight(cfg, out, fit_budget=budget_is_preset(raw)):
+        print(note)
+    return cfg
 
 
 def cli() -> None:
