@@ -414,7 +414,9 @@ class RolloutConfig:
         8, "rollouts per task, all reset with the task's seed (same start state)", num(1)
     )
     max_new_tokens: int = opt(
-        "${model.max_new_tokens}", "response token cap per step (longer: invalid action)", num(1)
+        "${model.max_new_tokens}",
+        "response token cap per step (longer: invalid action); left to the model preset, a method's own or the tool-call action format raises it to what the format needs and says so",
+        num(1),
     )
     temperature: float = opt(
         1.0, "sampling temperature (the learner's ratio uses the same)", POSITIVE
