@@ -57,6 +57,7 @@ from .methods import TrainerHooks, build_runner, trainer_hooks
 from .models import LoraTargetError, apply_lora, load_model
 from .pool import EnvSpec, backend_options, make_pool
 from .pool.accounting import error_metrics, error_rate_stop
+from .rollout.activity import Activity
 from .rollout.runner import EpisodeRunner, chunk_seed, eval_seed
 from .training import data_parallel as DP
 from .training.checkpoint import (
@@ -67,7 +68,7 @@ from .training.checkpoint import (
     save_model,
 )
 from .training.engine_sync import adapter_rank, sync_engine
-from .training.interrupt import Interrupted, interrupts
+from .training.interrupt import Interrupted, interrupts, quit_on_signal, restore_point
 from .training.iteration import credit_options, features, held_out_resets, train_row
 from .training.producer import make_rollouts
 from .training.runlog import Progress, RunLog, Timer, write_interrupted, write_outputs
@@ -195,7 +196,13 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
     settings = {"wandb": asdict(t.wandb), "mlflow": asdict(t.mlflow)}
     trackers = make_trackers(t.loggers, out, resolved, settings) if main else []
     log = RunLog(out, history, trackers) if main else DP.RankLog(history)
-    progress = Progress(t.progress, t.iterations, start) if main else DP.QuietProgress()
+    live = Activity()  # what an iteration is doing, for the progress line of a long one
+    progress = (
+        Progress(t.progress, t.iterations, start, activity=live, every=t.progress_every_s)
+        if main
+        else DP.QuietProgress()
+    )
+    runner.activity = live  # (before the producer copies the runner)
 
     saved: dict[int, Path] = {}  # the checkpoints this run wrote, by iteration
     last_save = [time.monotonic()]
@@ -223,8 +230,10 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
     done = start  # iterations whose update reached the weights and the metrics
     rollouts = make_rollouts(cfg, p)  # k = 0: played in turn; k >= 1: a producer thread
     try:
-        # SIGINT/SIGTERM: abandon an iteration before its update, finish one during it
-        with interrupts(enabled=not dist.distributed) as signals:
+        # SIGINT/SIGTERM: abandon an iteration before its update, finish one during it (or
+        # abandon it too, when it would outlast trainer.signal_grace_s)
+        with interrupts(enabled=not dist.distributed, grace_s=t.signal_grace_s) as signals:
+            learner.on_micro_batch = lambda n, done: (live.micro_batch(n, done), signals.poll(done))
             if initial is None and t.eval_initial:
                 with Timer() as tm:
                     report, em = evaluate("initial")
@@ -244,6 +253,7 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
             # -- the loop ------------------------------------------------------------------------
             rollouts.start(start, played_with)
             for it in range(start, t.iterations):
+                live.start(it + 1)
                 with Timer() as t_roll:  # 1. rollout (+ dynamic sampling's extra groups)
                     eps, roll_metrics, stats = rollouts.take(it)  # k >= 1: the producer's
                 stats = DP.reduce_stats(stats)  # global counts: every rank decides to stop alike
@@ -254,6 +264,7 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
                 if why is not None:
                     raise TrainingStopped(f"iteration {it + 1}: {why}")
                 eps = [ep for ep in eps if ep.fault is None]  # env faults are left out of credit
+                live.enter("credit")
                 with Timer() as t_credit:  # 2. step batch (+ declared inputs)  3. credit
                     values, embeddings = features(
                         learner, model, eps, hooks.prompt_features, cfg.credit.embedding_layer
@@ -267,15 +278,18 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
                         res = credit.compute(batch, cfg.credit.name, **options)
                     except FloatingPointError as exc:
                         raise TrainingStopped(f"iteration {it}: {exc}") from exc
+                live.enter("update")
                 with signals.finishing():  # from here the iteration reaches the weights: finish it
                     with Timer() as t_upd:  # 4. token advantages + PPO epochs, then the engine
-                        try:  # value targets; the method's update inputs or token shaper
-                            kw, tok_metrics = update_inputs(cfg, learner, tok, eps, batch, seqs,
-                                                            res, hooks, prepared)  # fmt: skip
-                            upd = learner.update(seqs, res.advantages,
-                                                 seed=chunk_seed(cfg.seed, it, 3), **kw)  # fmt: skip
-                        except FloatingPointError as exc:  # NonFiniteError included
-                            raise TrainingStopped(f"iteration {it}: {exc}") from exc
+                        before = restore_point(learner) if signals.bounded else None
+                        with signals.abandonable(it + 1, before):  # past the grace: back to before
+                            try:  # value targets; the method's update inputs or token shaper
+                                kw, tok_metrics = update_inputs(cfg, learner, tok, eps, batch, seqs,
+                                                                res, hooks, prepared)  # fmt: skip
+                                upd = learner.update(seqs, res.advantages,
+                                                     seed=chunk_seed(cfg.seed, it, 3), **kw)  # fmt: skip
+                            except FloatingPointError as exc:  # NonFiniteError included
+                                raise TrainingStopped(f"iteration {it}: {exc}") from exc
                         synced = rollouts.publish(it + 1)  # version it + 1 (k >= 1: a copy)
                     errs = error_metrics(stats.env_errors, stats.env_restarts, stats.env_replayed)
                     row = train_row(it, DP.gather_episodes(eps), batch.group, stats, res,
@@ -286,6 +300,7 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
                     progress.update(it + 1, row)
                     done = it + 1
                 if t.eval_every and (it + 1) % t.eval_every == 0 and it + 1 < t.iterations:
+                    live.enter("eval")
                     with Timer() as tm, rollouts.paused():  # on the learner's current weights
                         _, em = evaluate(f"iter{it + 1}")
                     log(
@@ -329,10 +344,13 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
         raise
     except Interrupted as exc:  # keep what was done: a checkpoint and its summary
         progress.close()
-        ck = saved.get(done) or checkpoint(done)
-        exc.line = write_interrupted(out, exc.name, done, t.iterations, ck, initial, history, log)
+        with quit_on_signal():  # a second signal while saving: quit without a traceback
+            ck = saved.get(done) or checkpoint(done)
+            exc.line = write_interrupted(out, exc.name, done, t.iterations, ck, initial, history,
+                                         log, lost=exc.lost)  # fmt: skip
         raise
     finally:
+        progress.close()  # a second signal (Quit) passes the handlers above
         rollouts.close()  # no producer thread outlives the run (errors, Ctrl-C)
         log.close()
         if owned:

@@ -10,7 +10,9 @@ prints the held-out success before and after. Examples::
 
 Exit codes: 0 done; 2 a bad config (one line per problem, naming the key; nothing was started);
 3 training stopped early (non-finite numbers; the last good checkpoint is kept); 130 / 143
-interrupted by SIGINT / SIGTERM (128 + the signal's number; a checkpoint of the iterations done
+interrupted by SIGINT / SIGTERM (128 + the signal's number; one line says at once what the run
+waits for; an update that would outlast ``trainer.signal_grace_s`` is abandoned; a second signal
+quits without saving; a checkpoint of the iterations done
 and their summary are written: ``trainer.resume=<the printed checkpoint>`` continues exactly,
 asynchronous rollouts included, except with ``rollout.partial_rollouts=true``).
 """
@@ -28,7 +30,7 @@ from .distributed import close_distributed, record
 from .overrides import unknown_group_option
 from .recipe import TrainingStopped, train
 from .training.checkpoint import CheckpointError
-from .training.interrupt import Interrupted
+from .training.interrupt import Interrupted, Quit
 from .training.preflight import budget_is_preset, preflight
 
 _started: list[bool] = []  # set once Hydra has composed the config and called main()
@@ -51,6 +53,10 @@ def main(raw: DictConfig) -> None:
         sys.exit(3)
     except Interrupted as exc:  # a checkpoint and the summary of what was done are written
         print(getattr(exc, "line", str(exc)), file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except Quit as exc:  # a second signal: at once, nothing more saved (the pool is closed)
+        print(f"training quit by a second {exc.name} without saving: the checkpoints written "
+              f"before it are kept in {Path(out) / 'checkpoints'}", file=sys.stderr)  # fmt: skip
         sys.exit(exc.exit_code)
     except (CheckpointError, ConfigError) as exc:  # a checkpoint, LoRA targets, the vLLM engine
         print(exc, file=sys.stderr)
