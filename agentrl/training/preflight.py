@@ -86,8 +86,10 @@ def fit_response_budget(cfg: TrainConfig) -> str | None:
     model preset's budget (``model.max_new_tokens``, sized for the tag format) plus the most
     tokens the format adds to an action of this env, and at least its longest action, counted
     with the run's tokenizer on the actions met from ``reset(seed=0)`` along the expert's path.
-    Sets ``cfg.rollout.max_new_tokens`` when that is more and returns the line saying so; ``None``
-    when nothing changes (the tag format, a format that cannot be built here, no action to
+    Only a budget too small for the format's longest action is raised (a preset that sizes its
+    budget for the format, e.g. 512 tokens of thought and call, keeps it). Sets
+    ``cfg.rollout.max_new_tokens`` and returns the line saying so; ``None`` when nothing changes
+    (the tag format, a budget that fits, a format that cannot be built here, no action to
     measure)."""
     r, e, m = cfg.rollout, cfg.env, cfg.model
     name, _hook = format_hook(cfg.credit.name, r.action_format)
@@ -110,10 +112,10 @@ def fit_response_budget(cfg: TrainConfig) -> str | None:
     if not counts:
         return None
     longest = max(counts, key=lambda a: counts[a][0])
+    if r.max_new_tokens >= counts[longest][0]:  # a budget that writes every action is meant
+        return None
     extra = max(f - t for f, t in counts.values())
     needed = max(m.max_new_tokens + extra, counts[longest][0])
-    if needed <= r.max_new_tokens:
-        return None
     r.max_new_tokens = needed
     return (
         f"rollout.max_new_tokens={needed}: the {name} action format writes up to {extra} tokens "
