@@ -4,7 +4,7 @@
 sets values, never new keys. :func:`load_config` merges a composed Hydra config into
 :class:`TrainConfig` (registered in Hydra's ConfigStore as ``train_schema``), so a misspelt key, a
 wrong type or an out-of-range value fails before any work with one line naming the key
-(:class:`ConfigError`). Each field's ``help`` is its one-line description; ``docs/training.md``'s
+(:class:`ConfigError`). Each field's ``help`` is its one-line description; ``docs/config.md``'s
 config reference is generated from them (:func:`reference_markdown`).
 
 Checks live next to the fields (``check=`` in :func:`opt`); the few that relate two keys are in

@@ -34,6 +34,7 @@ This module imports nothing from agentrl beyond ``envs`` (the token count is pas
 
 from __future__ import annotations
 
+import contextlib
 import re
 import warnings
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -107,15 +108,27 @@ def _snapshot(obs: str, info: dict) -> tuple[str, Hashable, str]:
 
 
 class _Checker:
-    """The rules over one env factory (a fresh env per rule, so rules do not interfere)."""
+    """The rules over one env factory (a fresh env per rule, so rules do not interfere).
+
+    At most one env is open at a time: :meth:`fresh` closes the one it made before, so an env
+    that holds a scarce resource (a session of a one-session server) passes as well as any."""
 
     def __init__(self, make_env, seeds, max_steps, split, token_count, max_new_tokens):
         self.make_env, self.seeds, self.max_steps, self.split = make_env, seeds, max_steps, split
         self.token_count, self.max_new_tokens = token_count, max_new_tokens
         self.seen_actions: dict[str, None] = {}  # admissible actions met, in order
+        self._open: gym.Env | None = None
 
     def fresh(self) -> gym.Env:
-        return self.make_env()
+        self.close()
+        self._open = self.make_env()
+        return self._open
+
+    def close(self) -> None:
+        env, self._open = self._open, None
+        if env is not None:
+            with contextlib.suppress(Exception):  # a close that fails is not the rule's verdict
+                env.close()
 
     def reset(self, env: gym.Env, **kw) -> tuple[str, dict]:
         obs, info = env.reset(**kw)
@@ -175,8 +188,8 @@ class _Checker:
 
     def seed(self) -> str:
         for seed in self.seeds:
-            a, b = self.fresh(), self.fresh()
-            sa, sb = _snapshot(*self.reset(a, seed=seed)), _snapshot(*self.reset(b, seed=seed))
+            sa = _snapshot(*self.reset(self.fresh(), seed=seed))
+            sb = _snapshot(*self.reset(self.fresh(), seed=seed))
             if sa != sb:
                 raise _Broken(f"seed {seed}: two fresh envs start apart: {_diff(sa, sb)}")
         return f"same seed, same start ({len(self.seeds)} seeds)"
@@ -456,6 +469,8 @@ def check_contract(
             result = RuleResult(rule, False, str(exc))
         except Exception as exc:  # noqa: BLE001 - an env that raises fails the rule, named
             result = RuleResult(rule, False, f"raised {type(exc).__name__}: {exc}")
+        finally:
+            checker.close()
         if rule in rules:
             results.append(result)
     return results

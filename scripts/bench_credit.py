@@ -10,7 +10,7 @@ Building the StepBatch itself (validation) is timed separately. Times are CPU ti
 (``time.process_time``: with one thread, the time on one core), which other jobs on a shared
 machine do not inflate; wall-clock times are printed beside them.
 
-Targets (issue 3): every module under 50 ms at ~40k steps except bipace (under 1 s with
+Targets: every module under 50 ms at ~40k steps except bipace (under 1 s with
 1,536-dimensional embeddings); cost linear in the number of steps; gigpo at least 20x faster than
 the reference implementation on the same batch. ``--reference DIR`` points at a checkout of
 verl-agent (github.com/langfengQ/verl-agent, or a fork at the HGPO recipe); its

@@ -16,7 +16,7 @@ each rank), and:
    and model FLOPs utilisation (MFU: the model FLOPs of a forward and backward pass, 6 x the
    matmul parameters per token plus 12 x layers x hidden x sequence length per token for
    attention (PaLM's count; the recomputation of gradient checkpointing is not counted), over
-   ``--peak-tflops``, 790 by default: the H200's bf16 figure issue #30 takes);
+   ``--peak-tflops``, 790 by default: an H200's dense bf16 figure);
 3. sync: the full-weight gather into the replica (what follows every update);
 4. peak GPU memory (``torch.cuda.max_memory_allocated``).
 
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> dict:
         "--peak-tflops",
         type=float,
         default=790.0,
-        help="the device's peak bf16 TFLOP/s, the denominator of the MFU (790: H200, issue #30)",
+        help="the device's peak bf16 TFLOP/s, the denominator of the MFU (790: an H200)",
     )
     ap.add_argument(
         "--budget-s", type=float, default=150.0, help="stop repeating a phase after this"

@@ -1,4 +1,4 @@
-"""Fault injection against the env pool, both backends: the counts of issue #20 section 5.
+"""Fault injection against the env pool, both backends: the counts docs/benchmarks.md quotes.
 
     PYTHONPATH=tests python scripts/fuzz_pool.py --rounds 100     # process pool and Ray
     PYTHONPATH=tests python scripts/fuzz_pool.py --backends process --rounds 300 --envs 8 --workers 4

@@ -1,4 +1,4 @@
-"""Helpers of ``scripts/gpu_check.sh`` (issue #30): the device report, the end-to-end model, the
+"""Helpers of ``scripts/gpu_check.sh``: the device report, the end-to-end model, the
 summary.
 
 - ``info OUT.json``: the device, the versions that matter and the free GPU memory;

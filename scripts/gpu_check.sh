@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The first figures on a GPU (issue #30), in one prepared run from the repository root.
+# The first figures on a GPU, in one prepared run from the repository root.
 #
 #   bash scripts/gpu_check.sh [--wheels DIR] [--out DIR] [--work DIR] [--budget-s S]
 #                             [--skip PHASE,...] [--cpu]

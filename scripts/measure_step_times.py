@@ -8,7 +8,7 @@ the pool makes under ``step_timeout``: ``task_ids`` of the training and evaluati
 (training seeds or ids, and the held-out ids), and steps, over ``--episodes`` episodes of up to the
 config's ``max_steps``. Actions mix the env's expert action, random admissible actions and junk
 text (invalid actions are legitimate model output; interpreter escapes such as ``\\help``, which
-hang TextWorld's interpreter, are left out: that is a bug, issue #20 section 1, not a slow step).
+hang TextWorld's interpreter, are left out: that is a TextWorld bug handled by envs/textworld, not a slow step).
 Resets are timed twice: with the cache warm, and with a fresh, empty ``AGENTRL_CACHE_DIR`` (the
 first run on a new machine, where ALFWorld makes its games on first use). Building the env is
 timed but is not under ``step_timeout`` (the pool waits for it untimed).

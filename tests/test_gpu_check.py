@@ -1,5 +1,5 @@
 """``scripts/gpu_check.sh --cpu``: the GPU check's every phase at tiny shapes, so the script that
-waits for a device (issue #30) cannot rot; and its report fails a run whose checks fail."""
+waits for a device cannot rot; and its report fails a run whose checks fail."""
 
 from __future__ import annotations
 

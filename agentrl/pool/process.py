@@ -113,6 +113,7 @@ class EnvPool(BasePool):
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
         super().__init__(env_fns, num_workers, step_timeout, worker_memory_mb)
         self.num_workers = self.num_groups
+        self._closed = False
         if self.num_workers == 0:
             self._local = [fn() for fn in self.env_fns]
             self._replayable = list(env_traits(dict(enumerate(self._local))).values())
@@ -121,14 +122,19 @@ class EnvPool(BasePool):
             self._ctx = mp.get_context(mp_context)
             self._workers = [self._start(w) for w in range(self.num_workers)]
 
-    def close(self) -> None:
-        for w in self._workers:
+    def close(self, timeout: float = 5.0) -> None:
+        """End the workers: each gets ``timeout`` seconds to finish its call and exit, then is
+        killed. Safe while another thread is in a call (an env server stopping): that call
+        then fails with ``RuntimeError`` instead of restarting workers."""
+        self._closed = True
+        workers, self._workers = self._workers, []
+        for w in workers:
             with contextlib.suppress(BrokenPipeError, OSError):
                 w.conn.send(None)
-        for w in self._workers:
-            w.process.join(timeout=5)
+        deadline = time.monotonic() + timeout
+        for w in workers:
+            w.process.join(timeout=max(0.0, deadline - time.monotonic()))
             w.kill()
-        self._workers = []
         for env in getattr(self, "_local", []):
             env.close()
         self._local = []
@@ -162,33 +168,36 @@ class EnvPool(BasePool):
         by_group: dict[int, list[tuple[int, tuple]]],
         budget: tuple[float | None, str],
     ) -> tuple[list[Reply], dict[int, WorkerFault]]:
+        if self._closed:
+            raise RuntimeError("the env pool is closed")
+        workers = self._workers  # close() may empty the list meanwhile
         self._await_ready(list(by_group))
         replies: list[Reply] = []
         failed: dict[int, WorkerFault] = {}
         pending: dict[Any, int] = {}
         for w, items in by_group.items():
             try:
-                self._workers[w].conn.send((op, items))
-                pending[self._workers[w].conn] = w
+                workers[w].conn.send((op, items))
+                pending[workers[w].conn] = w
             except (BrokenPipeError, OSError):
-                failed[w] = WorkerFault(*self._death(w), None)
+                failed[w] = WorkerFault(*self._death(w, workers), None)
         seconds, late = budget
         deadline = None if seconds is None else time.monotonic() + seconds
         while pending:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            sentinels = {self._workers[w].process.sentinel: w for w in pending.values()}
+            sentinels = {workers[w].process.sentinel: w for w in pending.values()}
             ready = wait([*pending, *sentinels], timeout=left)
             if not ready:  # the deadline passed: every worker still pending is late
                 for w in pending.values():
-                    worker = self._workers[w]
+                    worker = workers[w]
                     why = f"worker {w} (pid {worker.process.pid}) {late}"
                     failed[w] = WorkerFault("timeout", why, worker.running())
                 break
             for obj in ready:
                 w = pending.get(obj, sentinels.get(obj))
-                if w is None or self._workers[w].conn not in pending:
+                if w is None or workers[w].conn not in pending:
                     continue
-                worker = self._workers[w]
+                worker = workers[w]
                 try:
                     if obj is worker.conn or worker.conn.poll():
                         answers = pickle.loads(worker.conn.recv_bytes())
@@ -197,18 +206,20 @@ class EnvPool(BasePool):
                         if fault is not None:
                             failed[w] = fault
                     else:  # the process ended without answering
-                        failed[w] = WorkerFault(*self._death(w), worker.running())
+                        failed[w] = WorkerFault(*self._death(w, workers), worker.running())
                 except (EOFError, OSError):
-                    failed[w] = WorkerFault(*self._death(w), worker.running())
+                    failed[w] = WorkerFault(*self._death(w, workers), worker.running())
                 del pending[worker.conn]
+        if self._closed:  # closed during the call: its workers were killed, not failed
+            raise RuntimeError("the env pool was closed during the call")
         for w in failed:
-            self._workers[w].kill()
-            self._workers[w] = self._start(w)
+            workers[w].kill()
+            workers[w] = self._start(w)
         return replies, failed
 
-    def _death(self, w: int) -> tuple[str, str]:
+    def _death(self, w: int, workers: list[_Worker] | None = None) -> tuple[str, str]:
         """``(kind, why)`` worker ``w`` is gone, with its exit code or the signal that killed it."""
-        process = self._workers[w].process
+        process = (self._workers if workers is None else workers)[w].process
         process.join(timeout=2)
         code = process.exitcode
         if code == EXIT_OVER_MEMORY:

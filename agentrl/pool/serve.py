@@ -31,6 +31,7 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,12 +40,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from agentrl import envs
 from agentrl.envs.registry import parse_kwargs
+from agentrl.envs.webguard import RequestGuard, allowed_hosts, serve
 
 from .base import StepResult
 from .process import EnvPool
@@ -53,7 +56,17 @@ from .wire import MAX_ACTION_CHARS, PROTOCOL, WireError, from_wire, to_wire
 __all__ = ["EnvService", "create_app", "main"]
 
 DEFAULT_CALLS = ("task_ids", "expert_action", "current_observation")
+#: Reset options a client may send by default: ``task_id`` (a task the env lists or draws).
+#: Others (Sokoban's ``room``: a task the client writes) cost what the client makes them cost,
+#: so a server takes them only when told (``--allow-reset-options``).
+DEFAULT_RESET_OPTIONS = ("task_id",)
 MAX_BODY = 8 * 2**20  # bytes: 4096 actions of 2 kB
+#: The largest ``limit`` of ``call task_ids`` (a listing is built and sent in one reply).
+MAX_TASK_IDS = 100_000
+#: Seconds a session may stay idle before another client may take its env.
+SESSION_TTL = 600.0
+#: Seconds a stopping server (SIGTERM, Ctrl-C) waits for requests in flight.
+SHUTDOWN_GRACE = 1.0
 
 
 # -- request bodies (validated: unknown fields, wrong types and out-of-range values are 400s) ---
@@ -127,11 +140,17 @@ class ServiceError(Exception):
 
 
 class EnvService:
-    """The sessions of one served env over an :class:`~agentrl.pool.EnvPool` of fixed size.
+    """The sessions of one served env over env pools of fixed size.
 
-    Pool calls are serialised by one lock (a pool is not thread-safe); each call is batched, so
-    the workers still run concurrently. Sessions idle for ``session_ttl`` seconds are reclaimed
-    when the pool is full.
+    The envs are split into shards, one :class:`~agentrl.pool.EnvPool` of one worker process
+    each (env slot ``s`` in shard ``s % workers``), each with its own lock: a request waits only
+    for the shards its own sessions live on, so a slow call holds the sessions of one worker at
+    most, for at most its deadline (``step_timeout`` per env). The shards of one request run
+    concurrently. With ``workers=0`` one shard keeps every env in the server process.
+
+    Sessions idle for ``session_ttl`` seconds are reclaimed when a client needs their envs.
+    Client-supplied reset options are refused unless listed in ``reset_options`` (``task_id``
+    by default); ``call task_ids`` takes a ``limit`` of at most ``max_task_ids``.
     """
 
     def __init__(
@@ -144,7 +163,9 @@ class EnvService:
         step_timeout: float | None = 30.0,
         worker_memory_mb: float | None = None,
         allow_calls: Sequence[str] = DEFAULT_CALLS,
-        session_ttl: float = 3600.0,
+        reset_options: Sequence[str] = DEFAULT_RESET_OPTIONS,
+        session_ttl: float = SESSION_TTL,
+        max_task_ids: int = MAX_TASK_IDS,
         imports: Sequence[str] = (),
     ):
         self.env_id, self.kwargs = env_id, dict(kwargs or {})
@@ -153,31 +174,45 @@ class EnvService:
         self.max_sessions, self.workers = max_sessions, min(workers, max_sessions)
         self.step_timeout, self.session_ttl = step_timeout, session_ttl
         self.allow_calls = frozenset(allow_calls)
-        self.pool = EnvPool(
-            [recipe] * max_sessions,
-            num_workers=self.workers,
-            step_timeout=step_timeout,
-            worker_memory_mb=worker_memory_mb,
-        )
+        self.reset_options = frozenset(reset_options)
+        self.max_task_ids = max_task_ids
+        n_shards = max(self.workers, 1)
+        self.shards = [
+            EnvPool(
+                [recipe] * len(range(k, max_sessions, n_shards)),
+                num_workers=1 if self.workers else 0,
+                step_timeout=step_timeout,
+                worker_memory_mb=worker_memory_mb,
+            )
+            for k in range(n_shards)
+        ]
+        self._shard_locks = [threading.Lock() for _ in self.shards]
+        self._fan_out = ThreadPoolExecutor(max_workers=n_shards, thread_name_prefix="shard")
         self._free = list(range(max_sessions))
         self._slot: dict[str, int] = {}
         self._used: dict[str, float] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the session tables (held briefly, never over env calls)
+        self.closing = False
 
     # -- sessions ----------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
+        with self._lock:
+            open_sessions, free = len(self._slot), len(self._free) + len(self._expired())
         return {
             "protocol": PROTOCOL,
             "env": self.env_id,
             "kwargs": to_wire(self.kwargs),
             "max_sessions": self.max_sessions,
-            "open_sessions": len(self._slot),
+            "open_sessions": open_sessions,
+            "free_sessions": free,
+            "session_ttl": self.session_ttl,
             "workers": self.workers,
             "step_timeout": self.step_timeout,
-            "worker_memory_mb": self.pool.worker_memory_mb,
-            "restarts": self.pool.restarts,
-            "replayed": self.pool.replayed,
-            "worker_pids": self.pool.worker_pids(),
+            "worker_memory_mb": self.shards[0].worker_memory_mb,
+            "reset_options": sorted(self.reset_options),
+            "restarts": sum(p.restarts for p in self.shards),
+            "replayed": sum(p.replayed for p in self.shards),
+            "worker_pids": [pid for p in self.shards for pid in p.worker_pids()],
         }
 
     def open(self, req: SessionsRequest) -> dict[str, Any]:
@@ -190,7 +225,8 @@ class EnvService:
             )
         with self._lock:
             if len(self._free) < req.count:
-                self._reclaim()
+                for sid in self._expired():
+                    self._release(sid)
             if len(self._free) < req.count:
                 raise ServiceError(
                     503,
@@ -213,45 +249,83 @@ class EnvService:
         slot = self._slot.pop(sid, None)
         self._used.pop(sid, None)
         if slot is not None:
-            self.pool.end_episodes([slot])  # a restart must not replay a closed session's episode
+            # a restart must not replay a closed session's episode (a list assignment: safe
+            # while the shard runs a call)
+            self.shards[slot % len(self.shards)].end_episodes([slot // len(self.shards)])
             self._free.append(slot)
         return slot is not None
 
-    def _reclaim(self) -> None:
+    def _expired(self) -> list[str]:
         cutoff = time.monotonic() - self.session_ttl
-        for sid in [s for s, t in self._used.items() if t < cutoff]:
-            self._release(sid)
+        return [s for s, t in self._used.items() if t < cutoff]
 
     def _slots(self, sessions: list[str]) -> list[int]:
         if len(set(sessions)) != len(sessions):
             raise ServiceError(400, "a session appears twice in one request")
-        missing = [s for s in sessions if s not in self._slot]
-        if missing:
-            raise ServiceError(404, f"unknown session(s) {', '.join(missing[:3])}")
-        now = time.monotonic()
-        for s in sessions:
-            self._used[s] = now
-        return [self._slot[s] for s in sessions]
+        with self._lock:
+            missing = [s for s in sessions if s not in self._slot]
+            if missing:
+                raise ServiceError(404, f"unknown session(s) {', '.join(missing[:3])}")
+            now = time.monotonic()
+            for s in sessions:
+                self._used[s] = now
+            return [self._slot[s] for s in sessions]
+
+    def _run(self, slots: list[int], job) -> list[Any]:
+        """``job(pool, envs, positions)`` on each shard holding some of ``slots`` (under that
+        shard's lock, the shards at once); the results back in the order of ``slots``."""
+        if self.closing:
+            raise ServiceError(503, "the server is shutting down")
+        n = len(self.shards)
+        by_shard: dict[int, list[int]] = {}
+        for k, slot in enumerate(slots):
+            by_shard.setdefault(slot % n, []).append(k)
+
+        def one(shard: int) -> list[tuple[int, Any]]:
+            ks = by_shard[shard]
+            with self._shard_locks[shard]:
+                if self.closing:
+                    raise ServiceError(503, "the server is shutting down")
+                out = job(self.shards[shard], [slots[k] // n for k in ks], ks)
+            return list(zip(ks, out))
+
+        if len(by_shard) == 1:
+            pairs = one(next(iter(by_shard)))
+        else:
+            futures = [self._fan_out.submit(one, shard) for shard in by_shard]
+            pairs = [p for f in futures for p in f.result()]
+        results: list[Any] = [None] * len(slots)
+        for k, value in pairs:
+            results[k] = value
+        return results
 
     # -- env calls ---------------------------------------------------------------------------
     def reset(self, req: ResetRequest) -> dict[str, Any]:
-        with self._lock:
-            slots = self._slots([it.session for it in req.items])
-            seeds = [it.seed for it in req.items]
-            options = [from_wire(it.options) for it in req.items]
-            try:
-                out = [(True, r) for r in self.pool.reset(slots, seeds, options)]
-            except RuntimeError:  # find which failed: one by one (rare)
-                out = [
-                    self._one(self.pool.reset, [s], [sd], [o])
-                    for s, sd, o in zip(slots, seeds, options)
-                ]
+        options = []
+        for it in req.items:
+            extra = sorted(set(it.options or {}) - self.reset_options)
+            if extra:
+                allowed = ", ".join(sorted(self.reset_options)) or "none"
+                raise ServiceError(
+                    403,
+                    f"reset option(s) {', '.join(map(repr, extra))} not allowed on this server "
+                    f"(allowed: {allowed}; a server takes client-written tasks only with "
+                    "--allow-reset-options)",
+                )
+            options.append(_unwire(it.options, "options"))
+        slots = self._slots([it.session for it in req.items])
+        seeds = [it.seed for it in req.items]
+
+        def job(pool: EnvPool, envs_: list[int], ks: list[int]):
+            return pool.try_reset(envs_, [seeds[k] for k in ks], [options[k] for k in ks])
+
+        out = self._run(slots, job)
         return {"results": [_reply(ok, v, _reset_body) for ok, v in out]}
 
     def step(self, req: StepRequest) -> dict[str, Any]:
-        with self._lock:
-            slots = self._slots([it.session for it in req.items])
-            out = self.pool.step(slots, [it.action for it in req.items])
+        slots = self._slots([it.session for it in req.items])
+        actions = [it.action for it in req.items]
+        out = self._run(slots, lambda pool, e, ks: pool.step(e, [actions[k] for k in ks]))
         return {"results": [_reply(True, r, _step_body) for r in out]}
 
     def call(self, req: CallRequest) -> dict[str, Any]:
@@ -261,25 +335,49 @@ class EnvService:
                 403,
                 f"method(s) {', '.join(bad)} not allowed (--allow-call: {', '.join(sorted(self.allow_calls))})",
             )
-        with self._lock:
-            slots = self._slots([it.session for it in req.items])
-            out = [
-                self._one(self.pool.call, [s], it.method, *from_wire(it.args))
-                for s, it in zip(slots, req.items)
-            ]
+        args = [_unwire(it.args, "args") for it in req.items]
+        for it, a in zip(req.items, args):
+            if it.method == "task_ids":
+                self._check_task_ids_args(a)
+        slots = self._slots([it.session for it in req.items])
+        methods = [it.method for it in req.items]
+
+        def job(pool: EnvPool, envs_: list[int], ks: list[int]):
+            return [pool.try_call([e], methods[k], *args[k])[0] for e, k in zip(envs_, ks)]
+
+        out = self._run(slots, job)
         return {
             "results": [_reply(ok, v, lambda x: {"result": to_wire(x, "result")}) for ok, v in out]
         }
 
-    @staticmethod
-    def _one(fn, *args) -> tuple[bool, Any]:
-        try:
-            return True, fn(*args)[0]
-        except RuntimeError as exc:
-            return False, str(exc)
+    def _check_task_ids_args(self, args: list[Any]) -> None:
+        limit = args[1] if len(args) > 1 else None
+        ok_type = limit is None or (isinstance(limit, int) and not isinstance(limit, bool))
+        if (
+            len(args) > 2
+            or not ok_type
+            or (limit is not None and not 0 <= limit <= self.max_task_ids)
+        ):
+            raise ServiceError(
+                400,
+                f"task_ids takes (split, limit) with limit null or an integer in "
+                f"0..{self.max_task_ids}, got {len(args)} argument(s), limit {str(limit)[:40]}",
+            )
 
-    def close(self) -> None:
-        self.pool.close()
+    def close(self, wait: float = 5.0) -> None:
+        """End the env workers: each gets ``wait`` seconds to finish its call, then is killed
+        (a stopping server passes 0: an env call in flight is not waited for)."""
+        self.closing = True
+        for pool in self.shards:
+            pool.close(timeout=wait)
+        self._fan_out.shutdown(wait=False, cancel_futures=True)
+
+
+def _unwire(value: Any, where: str) -> Any:
+    try:
+        return from_wire(value)
+    except ValueError as exc:
+        raise ServiceError(400, f"invalid {where}: {exc}") from None
 
 
 def _reset_body(value: tuple[str, dict]) -> dict[str, Any]:
@@ -306,25 +404,26 @@ def _reply(ok: bool, value: Any, body) -> dict[str, Any]:
         return {"ok": False, "error": f"the result cannot be sent: {exc}"}
 
 
-async def _read(request: Request, model: type[BaseModel], max_body: int) -> BaseModel:
-    size = int(request.headers.get("content-length") or 0)
-    if size > max_body:
-        raise ServiceError(413, f"request body of {size} bytes is over the {max_body}-byte limit")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > max_body:
-            raise ServiceError(413, f"request body is over the {max_body}-byte limit")
+async def _read(request: Request, model: type[BaseModel]) -> BaseModel:
+    body = await request.body()  # its size is capped by the RequestGuard before it is read
     try:
-        return model.model_validate_json(bytes(body))
+        return model.model_validate_json(body)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "body"
         raise ServiceError(400, f"invalid {model.__name__}: {where}: {first['msg']}") from None
 
 
-def create_app(service: EnvService, *, token: str | None = None, max_body: int = MAX_BODY):
-    """The ASGI app serving ``service`` (``token``: required bearer token)."""
+def create_app(
+    service: EnvService,
+    *,
+    token: str | None = None,
+    max_body: int = MAX_BODY,
+    hosts: Sequence[str] | None = None,
+):
+    """The ASGI app serving ``service`` (``token``: required bearer token; ``hosts``: the
+    Host names it answers to, default :func:`~agentrl.envs.webguard.allowed_hosts` of
+    loopback; requests from web pages and bodies over ``max_body`` bytes are refused)."""
 
     def authorised(request: Request) -> None:
         if token is None:
@@ -339,7 +438,7 @@ def create_app(service: EnvService, *, token: str | None = None, max_body: int =
                 authorised(request)
                 if model is None:
                     return JSONResponse(method())
-                body = await _read(request, model, max_body)
+                body = await _read(request, model)
                 return JSONResponse(await run_in_threadpool(method, body))
             except ServiceError as exc:
                 return JSONResponse({"error": str(exc)}, status_code=exc.status)
@@ -349,9 +448,6 @@ def create_app(service: EnvService, *, token: str | None = None, max_body: int =
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         return JSONResponse({"error": exc.detail}, status_code=exc.status_code)
 
-    async def server_error(request: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"error": f"{type(exc).__name__}: {exc}"}, status_code=500)
-
     routes = [
         Route("/v1/health", endpoint(None, service.health), methods=["GET"]),
         Route("/v1/sessions", endpoint(SessionsRequest, service.open), methods=["POST"]),
@@ -360,8 +456,15 @@ def create_app(service: EnvService, *, token: str | None = None, max_body: int =
         Route("/v1/call", endpoint(CallRequest, service.call), methods=["POST"]),
         Route("/v1/close", endpoint(CloseRequest, service.close_sessions), methods=["POST"]),
     ]
-    handlers = {HTTPException: http_error, Exception: server_error}
-    return Starlette(routes=routes, exception_handlers=handlers)
+    guard = Middleware(
+        RequestGuard,
+        hosts=allowed_hosts("127.0.0.1") if hosts is None else frozenset(hosts),
+        max_body=max_body,
+        name="agentrl.pool.serve",
+    )
+    return Starlette(
+        routes=routes, middleware=[guard], exception_handlers={HTTPException: http_error}
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -379,6 +482,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="resident MiB one env process may use (default: no limit)")  # fmt: skip
     ap.add_argument("--token-env", metavar="VAR", help="require the bearer token in $VAR")
     ap.add_argument("--allow-call", nargs="*", default=list(DEFAULT_CALLS), help="callable methods")
+    ap.add_argument("--allow-reset-options", nargs="*", default=list(DEFAULT_RESET_OPTIONS),
+                    metavar="KEY", help="reset options clients may send (default: task_id)")  # fmt: skip
+    ap.add_argument("--allow-host", nargs="*", default=[], metavar="NAME",
+                    help="Host names besides loopback and --host the server answers to (*: any)")  # fmt: skip
+    ap.add_argument("--session-ttl", type=float, default=SESSION_TTL,
+                    help="s a session may idle before its env may go to another client")  # fmt: skip
     ap.add_argument("--import", dest="imports", nargs="*", default=[], metavar="MODULE",
                     help="modules to import first (they register envs)")  # fmt: skip
     args = ap.parse_args(argv)
@@ -390,6 +499,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise ValueError(f"--token-env {args.token_env}: the variable is empty or unset")
         if args.max_sessions < 1 or args.workers < 0:
             raise ValueError("--max-sessions must be >= 1 and --workers >= 0")
+        if not args.session_ttl > 0:
+            raise ValueError("--session-ttl must be > 0 seconds")
         service = EnvService(
             args.env,
             parse_kwargs(args.kwargs),
@@ -398,26 +509,35 @@ def main(argv: Sequence[str] | None = None) -> int:
             step_timeout=args.step_timeout,
             worker_memory_mb=args.worker_memory_mb,
             allow_calls=args.allow_call,
+            reset_options=args.allow_reset_options,
+            session_ttl=args.session_ttl,
             imports=args.imports,
         )
     except Exception as exc:  # noqa: BLE001 - every start-up problem is one line and exit 2
         print(f"agentrl.pool.serve: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
-    sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((args.host, args.port))
-    sock.listen(1024)  # clients may connect as soon as the line below is printed
+    try:
+        sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((args.host, args.port))
+        sock.listen(1024)  # clients may connect as soon as the line below is printed
+    except OSError as exc:
+        service.close(wait=0)
+        print(f"agentrl.pool.serve: cannot listen on {args.host}:{args.port}: {exc}",
+              file=sys.stderr)  # fmt: skip
+        return 2
     host, port = sock.getsockname()[:2]
     if token is None and args.host not in ("127.0.0.1", "localhost", "::1"):
         print("warning: serving beyond loopback without --token-env", file=sys.stderr)
     print(f"serving {args.env} on http://{host}:{port} ({args.max_sessions} sessions, "
           f"{service.workers} workers)", flush=True)  # fmt: skip
-    server = uvicorn.Server(uvicorn.Config(create_app(service, token=token), log_level="warning"))
+    app = create_app(service, token=token, hosts=allowed_hosts(args.host, args.allow_host))
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=SHUTDOWN_GRACE)
     try:
-        server.run(sockets=[sock])
+        stopped = serve(config, [sock])
     finally:
-        service.close()
-    return 0
+        service.close(wait=0)  # env calls still in flight are not waited for
+    return 128 + stopped if stopped else 0
 
 
 if __name__ == "__main__":

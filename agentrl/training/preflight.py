@@ -26,7 +26,7 @@ from ..envs.tools import tool, tools_problem
 from ..methods import DEFAULT_FORMAT, action_format, format_hook, trainer_hooks
 from ..methods.registry import TOOL_FORMAT, resolve_tool_syntax
 from ..models import resolve_model_path
-from ..pool import EnvPool, EnvSpec
+from ..pool import EnvPool, EnvSpec, backend_options
 from ..rollout import ActionFormat, action_token_counter
 from .checkpoint import CheckpointError, find_checkpoint
 from .iteration import credit_options
@@ -49,7 +49,7 @@ def preflight(cfg: TrainConfig, out: str | Path | None, fit_budget: bool = False
     so a run whose action format is not the tag format gets the budget that format needs
     (:func:`fit_response_budget`, which sets it in ``cfg``). Returns the lines to print (what
     was set and why)."""
-    problems = _credit(cfg) + _groups(cfg) + _env(cfg) + _model(cfg)
+    problems = _credit(cfg) + _groups(cfg) + _env(cfg) + _servers(cfg) + _model(cfg)
     problems += _resume(cfg) + _device(cfg) + _out(out)
     notes = []
     if not problems:  # the tokenizer loads only for an otherwise sound config
@@ -362,6 +362,25 @@ def _env(cfg: TrainConfig) -> list[str]:
     finally:
         env.close()
     return problems
+
+
+def _servers(cfg: TrainConfig) -> list[str]:
+    """``env.backend=http``: each server serves the run's env id and kwargs with a free session
+    for every env the run puts on it (else the line says what to start instead)."""
+    e = cfg.env
+    if e.backend != "http":
+        return []
+    from ..pool.http import servers_problems  # the serve extra (httpx)
+
+    try:
+        token = backend_options(e)["http_token"]
+    except ValueError as exc:
+        return [str(exc)]
+    n = cfg.rollout.tasks_per_iter * cfg.rollout.group_size
+    return [
+        f"env.http.urls: {p}"
+        for p in servers_problems(list(e.http.urls), EnvSpec(e.id, dict(e.kwargs)), n, token)
+    ]
 
 
 def _env_error(env_id: str, kwargs: dict, exc: Exception) -> str:

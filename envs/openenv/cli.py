@@ -11,6 +11,7 @@ Start-up problems (unknown env, bad kwargs) exit 2 with one line.
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import sys
 from collections.abc import Sequence
@@ -18,7 +19,13 @@ from collections.abc import Sequence
 import uvicorn
 
 from ..registry import parse_kwargs
-from .server import create_openenv_app
+from ..webguard import allowed_hosts, serve
+from .server import SESSION_TIMEOUT, create_openenv_app
+
+#: The largest WebSocket message (bytes): an action is at most 100,000 characters.
+MAX_MESSAGE = 1 * 2**20
+#: Seconds a stopping server (SIGTERM, Ctrl-C) waits for requests in flight.
+SHUTDOWN_GRACE = 1.0
 
 __all__ = ["main", "parse_kwargs"]  # parse_kwargs: envs.registry's, kept importable here
 
@@ -36,14 +43,27 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback)")
     serve.add_argument("--port", type=int, default=8700, help="port (0: a free one, printed)")
     serve.add_argument("--max-sessions", type=int, default=16, help="concurrent sessions (envs)")
+    serve.add_argument("--allow-reset-options", nargs="*", default=[], metavar="KEY",
+                       help="reset arguments besides seed and task_id clients may send")  # fmt: skip
+    serve.add_argument("--allow-host", nargs="*", default=[], metavar="NAME",
+                       help="Host names besides loopback and --host it answers to (*: any)")  # fmt: skip
+    serve.add_argument("--session-timeout", type=float, default=SESSION_TIMEOUT,
+                       help="s a session without a connection (POST /mcp) may idle")  # fmt: skip
     return ap
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if not args.session_timeout > 0:
+            raise ValueError("--session-timeout must be > 0 seconds")
         app = create_openenv_app(
-            args.env, parse_kwargs(args.kwargs), max_sessions=args.max_sessions
+            args.env,
+            parse_kwargs(args.kwargs),
+            max_sessions=args.max_sessions,
+            reset_options=args.allow_reset_options,
+            hosts=allowed_hosts(args.host, args.allow_host),
+            session_timeout=args.session_timeout,
         )
         sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -60,6 +80,12 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)  # fmt: skip
     print(f"serving {app.state.env_id} in OpenEnv's protocol on http://{shown}:{port} "
           f"({args.max_sessions} sessions)", flush=True)  # fmt: skip
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    server.run(sockets=[sock])
-    return 0
+    config = uvicorn.Config(
+        app, log_level="warning", ws_max_size=MAX_MESSAGE, timeout_graceful_shutdown=SHUTDOWN_GRACE
+    )
+    stopped = serve(config, [sock])
+    # OpenEnv runs env calls in worker threads that the interpreter would wait for at exit: a
+    # stopping server does not wait for an env call in flight
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(128 + stopped if stopped else 0)

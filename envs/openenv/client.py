@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import re
+import uuid
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -67,6 +69,20 @@ class OpenEnvEnv(TextEnv):
             task ids, which reset with seed N, can be replayed).
         splits: task ids per split for :meth:`task_ids` (OpenEnv has no task listing).
         connect_timeout, message_timeout: seconds to connect, and to wait for each reply.
+        null_reward: the reward of a step the server answers with ``reward: null`` (some envs
+            have reward-less steps); ``None``: such a step is an error (a NaN reward reaches
+            the client as null, and must not pass as 0.0).
+        seeded: whether the server's reset takes ``seed``; ``None``: checked on the first
+            seeded reset (OpenEnv drops reset arguments an env does not declare, silently:
+            the ``episode_id`` sent with the seed must come back in ``state()``); where it
+            does not, seeds are still sent but no ``"seed:N"`` task id is claimed, with a
+            warning.
+
+    A server field named like an agentrl info key that does not fit it (a ``score`` of 0-100)
+    is read as another meaning: the key's fallback applies, the value is kept as
+    ``info["openenv_<key>"]`` and a warning says so once; a field named in ``fields`` must fit.
+    An observation longer than the observation space (``max_text_length`` characters) is cut
+    to fit, its full length in ``info["openenv_observation_chars"]``.
     """
 
     def __init__(
@@ -87,6 +103,8 @@ class OpenEnvEnv(TextEnv):
         splits: Mapping[str, Sequence[str]] | None = None,
         connect_timeout: float = 10.0,
         message_timeout: float = 60.0,
+        null_reward: float | None = None,
+        seeded: bool | None = None,
         render_mode: str | None = None,
         max_text_length: int = 100_000,
     ):
@@ -107,6 +125,9 @@ class OpenEnvEnv(TextEnv):
         )
         self.splits = {k: [str(t) for t in v] for k, v in (splits or {}).items()}
         self.connect_timeout, self.message_timeout = float(connect_timeout), float(message_timeout)
+        self.null_reward = None if null_reward is None else float(null_reward)
+        self.seeded = seeded
+        self._warned: set[str] = set()
         schema = self._schema()
         self.action_field = self._field(action_field, schema.get("action") or {}, "action")
         self.observation_field = self._field(
@@ -230,6 +251,9 @@ class OpenEnvEnv(TextEnv):
                     "(set task_id_field to the server's reset argument for task ids)"
                 )
         self._fallback_task_id = f"seed:{data['seed']}" if "seed" in data else ""
+        self._sent_episode = None
+        if "seed" in data and self.seeded is None:  # its echo tells whether reset takes seed
+            self._sent_episode = data["episode_id"] = uuid.uuid4().hex
         result = self._request("reset", lambda c: c.reset(**data))
         self._steps = 0
         obs, info = self._apply(result)
@@ -259,7 +283,12 @@ class OpenEnvEnv(TextEnv):
                 return self._invalid()
             raise OpenEnvServerError(f"OpenEnv server at {self.url}: step: {exc}") from exc
         obs, info = self._apply(result)
-        reward = float(result.reward) if result.reward is not None else 0.0
+        if result.reward is None and self.null_reward is None:
+            raise OpenEnvServerError(
+                f"OpenEnv server at {self.url}: step answered reward null (a NaN reward is sent "
+                "as null); pass null_reward=0.0 if this env has reward-less steps"
+            )
+        reward = float(result.reward) if result.reward is not None else self.null_reward
         terminated, truncated = self._ended
         return obs, reward, terminated, truncated, info
 
@@ -303,11 +332,40 @@ class OpenEnvEnv(TextEnv):
         extra = {
             k: v for k, v in derived.extra.items() if k not in values and k != "openenv_reward"
         }
+        for key, value in derived.foreign.items():
+            extra[f"openenv_{key}"] = value
+            self._warn_once(
+                key,
+                f"OpenEnv server at {self.url}: its field {key!r} ({value!r:.40}) is not agentrl's "
+                f"{key}; it is kept as info['openenv_{key}'] (map another field with "
+                f"fields={{{key!r}: ...}})",
+            )
+        if state is not None and getattr(self, "_sent_episode", None) is not None:
+            echoed = state.get("episode_id")
+            if echoed != self._sent_episode and values["task_id"] == self._fallback_task_id:
+                values["task_id"] = ""  # the seed may not have reached the env: claim no task
+                self._warn_once(
+                    "seed",
+                    f"OpenEnv server at {self.url}: its reset did not take the episode_id sent "
+                    "with the seed (OpenEnv drops reset arguments an env does not declare), so "
+                    "the seed may be dropped too: no 'seed:N' task id is claimed (pass "
+                    "seeded=True if its reset takes seed)",
+                )
+            self._sent_episode = None
+        limit = self.observation_space.max_length  # the observation space's limit
+        if len(text) > limit:
+            extra["openenv_observation_chars"] = len(text)
+            text = text[:limit]
         info = make_info(**values, **extra, openenv_reward=result.reward)
         limit = self.max_steps is not None and self._steps >= self.max_steps
         self._ended = (derived.terminated, derived.truncated or (limit and not derived.terminated))
         self._text, self._info = text, info
         return text, info
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            warnings.warn(message, stacklevel=3)
 
     # -- agentrl API ---------------------------------------------------------------------------
     def expert_action(self) -> str:

@@ -126,11 +126,14 @@ class InfoFields:
     milestones: str | None = "milestones"
     truncated: str | None = "truncated"
     extra_info: str | None = "extra_info"
+    #: the keys whose field the user named (a value that cannot be the key is then an error;
+    #: a same-named field of the server that means something else is set aside instead)
+    explicit: frozenset[str] = frozenset()
 
     @classmethod
     def with_overrides(cls, overrides: Mapping[str, str | None] | None) -> InfoFields:
         overrides = dict(overrides or {})
-        known = set(cls.__dataclass_fields__)
+        known = set(cls.__dataclass_fields__) - {"explicit"}
         unknown = sorted(set(overrides) - known)
         if unknown:
             raise ValueError(
@@ -139,7 +142,7 @@ class InfoFields:
         bad = [k for k, v in overrides.items() if v is not None and not isinstance(v, str)]
         if bad:
             raise ValueError(f"fields: {', '.join(bad)} must map to a field name or None")
-        return cls(**overrides)
+        return cls(**overrides, explicit=frozenset(overrides))
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,8 @@ class Derived:
     terminated: bool
     truncated: bool
     extra: dict[str, Any] = field(default_factory=dict)
+    #: same-named fields that do not fit their agentrl key (``score`` of 57): key -> value
+    foreign: dict[str, Any] = field(default_factory=dict)
 
 
 class BadReply(ValueError):
@@ -194,7 +199,9 @@ def derive_info(
     ``None``, ``state_key`` is a hash of the observation (and of the state, bookkeeping
     fields aside), ``action_valid`` is true, ``won`` is ``done and reward >= success_reward``,
     ``score`` is 1.0 when won else 0.0, ``milestones`` is empty. A field whose value cannot be
-    the key (``score`` outside [0, 1], a non-boolean ``won``) raises :class:`BadReply`.
+    the key (``score`` outside [0, 1], a non-boolean ``won``) raises :class:`BadReply` where
+    the user mapped it (``fields``); a same-named field of the server is another meaning of the
+    name: the fallback applies and the value is returned in ``Derived.foreign``.
     """
     out: dict[str, Any] = {}
     for key, default in (("instruction", instruction), ("category", category)):
@@ -203,42 +210,55 @@ def derive_info(
     found, value = _lookup(fields.task_id, observation, state)
     out["task_id"] = str(value) if found else fallback_task_id
 
+    foreign: dict[str, Any] = {}
+
+    def fits(key: str, found: bool, value: Any, problem: str | None) -> bool:
+        """Whether a found field is read as ``key``; one that does not fit is an error where
+        the user named it, else it is set aside as another meaning of the same name."""
+        if not found or problem is None:
+            return found
+        if key in fields.explicit:
+            raise BadReply(problem)
+        foreign[key] = value
+        return False
+
     found, value = _lookup(fields.admissible_actions, observation, state)
-    if found:
-        if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
-            raise BadReply(f"admissible_actions must be a list of strings, got {value!r:.80}")
-        out["admissible_actions"] = list(value)
-    else:
-        out["admissible_actions"] = None
+    bad = not isinstance(value, list) or not all(isinstance(a, str) for a in value)
+    why = f"admissible_actions must be a list of strings, got {value!r:.80}" if bad else None
+    out["admissible_actions"] = (
+        list(value) if fits("admissible_actions", found, value, why) else None
+    )
 
     found, value = _lookup(fields.state_key, observation, state)
     out["state_key"] = key_text(value) if found else _fingerprint(observation, state)
 
     for key, default in (("action_valid", True), ("won", None)):
         found, value = _lookup(getattr(fields, key), observation, state)
-        if found and not isinstance(value, bool):
-            raise BadReply(f"{key} must be a boolean, got {value!r:.80}")
-        out[key] = value if found else default
+        why = None if isinstance(value, bool) else f"{key} must be a boolean, got {value!r:.80}"
+        out[key] = value if fits(key, found, value, why) else default
     if out["won"] is None:
         out["won"] = bool(done and reward is not None and reward >= success_reward)
 
     found, value = _lookup(fields.score, observation, state)
-    if found:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise BadReply(f"score must be a number, got {value!r:.80}")
-        if not (math.isfinite(value) and 0.0 <= value <= 1.0):
-            raise BadReply(f"score must lie in [0, 1], got {value!r}")
-        out["score"] = float(value)
-    else:
-        out["score"] = 1.0 if out["won"] else 0.0
+    why = None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        why = f"score must be a number, got {value!r:.80}"
+    elif not (math.isfinite(value) and 0.0 <= value <= 1.0):
+        why = f"score must lie in [0, 1], got {value!r}"
+    out["score"] = (
+        float(value) if fits("score", found, value, why) else (1.0 if out["won"] else 0.0)
+    )
 
     found, value = _lookup(fields.milestones, observation, state)
-    if found and not isinstance(value, list):
-        raise BadReply(f"milestones must be a list, got {value!r:.80}")
-    out["milestones"] = tuple(str(m) for m in value) if found else ()
+    why = None if isinstance(value, list) else f"milestones must be a list, got {value!r:.80}"
+    out["milestones"] = (
+        tuple(str(m) for m in value) if fits("milestones", found, value, why) else ()
+    )
 
     found, value = _lookup(fields.truncated, observation)
     cut = bool(done and found and value is True)
     found, extra = _lookup(fields.extra_info, observation)
     extra = dict(extra) if found and isinstance(extra, dict) else {}
-    return Derived(out, terminated=bool(done) and not cut, truncated=cut, extra=extra)
+    return Derived(
+        out, terminated=bool(done) and not cut, truncated=cut, extra=extra, foreign=foreign
+    )

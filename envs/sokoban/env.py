@@ -41,7 +41,9 @@ class SokobanEnv(TextEnv):
     - Task: ``reset(seed=s)`` draws the room from seed ``s`` (``task_id = str(s)``);
       ``reset(options={"task_id": "s"})`` replays it. Without either, the seed is drawn from the
       env's own generator. ``reset(options={"room": text})`` plays a hand-written room given in
-      the reference symbols (``task_id = "custom"``; it must be solvable).
+      the reference symbols (``task_id = "custom"``): at most ``max_room_cells`` cells, and
+      solvable by the solver within ``solver_nodes`` expanded nodes (else ``ValueError``), so a
+      room costs a bounded time whoever writes it (an env server takes them only when told).
     - Actions: ``up``, ``down``, ``left``, ``right`` (case-insensitive, surrounding space
       ignored). Anything else is invalid: the state is unchanged and the step costs the penalty.
       A move into a wall or an immovable box is a valid no-op, as in gym-sokoban.
@@ -67,6 +69,8 @@ class SokobanEnv(TextEnv):
         box_on_reward: float = 1.0,
         box_off_penalty: float = -1.0,
         solved_reward: float = 10.0,
+        max_room_cells: int = 100,
+        solver_nodes: int = 2_000,
     ):
         super().__init__(render_mode, max_text_length=4096)
         if isinstance(dim_room, int):
@@ -77,6 +81,7 @@ class SokobanEnv(TextEnv):
         self.search_depth = int(search_depth)
         self.open_room = bool(open_room)
         self.rewards = (step_penalty, box_on_reward, box_off_penalty, solved_reward)
+        self.max_room_cells, self.solver_nodes = int(max_room_cells), int(solver_nodes)
         if self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         self.category = f"{self.dim_room[0]}x{self.dim_room[1]}-{self.num_boxes}box"
@@ -118,11 +123,23 @@ class SokobanEnv(TextEnv):
         self._start(room, str(room_seed))
         return self.current_observation(), {**self._info(action_valid=True), **fresh(TOOLS)}
 
-    def _custom_room(self, text: str) -> GeneratedRoom:
+    def _custom_room(self, text: Any) -> GeneratedRoom:
+        if not isinstance(text, str):
+            raise ValueError(f"a Sokoban room is text, got {type(text).__name__}")
+        lines = text.strip("\n").split("\n")
+        cells = len(lines) * max(len(line) for line in lines)
+        if cells > self.max_room_cells:
+            raise ValueError(
+                f"the given Sokoban room has {cells} cells, over max_room_cells="
+                f"{self.max_room_cells}"
+            )
         layout, state = parse(text)
-        solution = Solver(layout).solve(state)
+        solution = Solver(layout).solve(state, max_nodes=self.solver_nodes)
         if solution is None:
-            raise ValueError("the given Sokoban room has no solution")
+            raise ValueError(
+                f"the given Sokoban room has no solution within solver_nodes={self.solver_nodes} "
+                "expanded nodes"
+            )
         return GeneratedRoom(layout, state, solution)
 
     def _start(self, room: GeneratedRoom, task_id: str) -> None:
@@ -131,6 +148,8 @@ class SokobanEnv(TextEnv):
         self._plan, self._plan_state = list(room.solution.actions), self._state
         self._task_id = task_id
         self._steps = 0
+        # a hand-written room keeps the budget of its first solve when the expert re-plans
+        self._budget = self.solver_nodes if task_id == "custom" else 200_000
 
     def step(self, action: str):
         if self._state is None:
@@ -208,9 +227,11 @@ class SokobanEnv(TextEnv):
                 self._plan.pop(0)
                 self._plan_state = nxt
         if self._plan_state != self._state or not self._plan:
-            solution = None if self._won() else self._solver.solve(self._state)
+            solution = (
+                None if self._won() else self._solver.solve(self._state, max_nodes=self._budget)
+            )
             self._plan, self._plan_state = (list(solution.actions) if solution else []), self._state
-        # Solved already, or a deadlock the agent created: any move will do.
+        # Solved already, a deadlock the agent created, or no plan within solver_nodes: any move.
         return ACTIONS[self._plan[0]] if self._plan else ACTIONS[0]
 
     @property

@@ -234,6 +234,13 @@ class TextWorldEnv(TextEnv):
             raise ValueError(
                 f"bad TextWorld task id {task_id!r}: expected '<split>/<k>' (split in {SPLITS})"
             )
+        if int(parts[1]) >= self._generated[parts[0]]:
+            # each new id would generate and keep another game file: only the listed ones exist
+            raise ValueError(
+                f"unknown TextWorld task id {task_id!r}: split {parts[0]!r} has "
+                f"{self._generated[parts[0]]} generated games ({parts[0]}/0 .. "
+                f"{parts[0]}/{self._generated[parts[0]] - 1}; raise generated= for more)"
+            )
         seed = (
             self.generator_seed + (_TEST_SEED_OFFSET if parts[0] == "test" else 0) + int(parts[1])
         )

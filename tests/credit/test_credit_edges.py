@@ -1,4 +1,4 @@
-"""Credit at the edges: huge or odd option values, rewards of 1e-200 (issue 28, item 7).
+"""Credit at the edges: huge or odd option values, rewards of 1e-200.
 
 - Every option of every module, given a huge or odd value (``10**30``, ``10**400``, a huge
   ``Fraction``, ``1e308``, a value whose ``==`` raises, nested specs holding such values...),

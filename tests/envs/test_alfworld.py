@@ -374,7 +374,7 @@ def test_generated_official_counts_are_listed_without_making_games(tmp_path):
 
 # -- the expert is optimal ---------------------------------------------------------------------
 def test_expert_takes_the_soap_bar_already_at_the_sink():
-    """The case where the old expert took 6 steps and Fast Downward 5 (issue 19)."""
+    """The case where the old expert took 6 steps and Fast Downward 5."""
     statics = [
         ("objecttype", "soap_a", "soapbartype"),
         ("objecttype", "soap_b", "soapbartype"),
@@ -536,7 +536,7 @@ def test_expert_plan_is_as_short_as_breadth_first_search(
     assert goal_met(task, st_, read_state(sorted(f)))
 
 
-# -- malformed data files (issue 20, section 4) -------------------------------------------------
+# -- malformed data files ------------------------------------------------------------------------
 _GOOD_TRAJ = {
     "task_type": "pick_heat_then_place_in_recep",
     "pddl_params": {

@@ -1,4 +1,4 @@
-"""Look-alike letters never change what an action means (issue 28, item 4).
+"""Look-alike letters never change what an action means.
 
 The confusables are built from Unicode itself: every BMP character outside ASCII whose lower,
 upper or case-folded form, or whose NFKC/NFKD normal form, spells ASCII letters (``ı``, ``İ``,

@@ -1,6 +1,6 @@
-"""The README's "Add your own environment" example, run exactly as written.
+"""The env guide's example (docs/guides/add-env.md), run exactly as written.
 
-The example's code blocks are taken from README.md, written into a package on a temporary
+The example's code blocks are taken from the guide page, written into a package on a temporary
 path together with a distribution's metadata declaring the ``agentrl.envs`` entry point, so the
 registration goes through the real entry-point mechanism (as after ``pip install``).
 """
@@ -20,14 +20,12 @@ from gymnasium.utils.env_checker import check_env
 from agentrl import envs
 from agentrl.check_env import main as check_main
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "add-env.md"
 
 
 def readme_blocks() -> dict[str, str]:
-    """Code blocks of the README section, keyed by their first-line comment (a file name)."""
-    text = README.read_text()
-    section = text[text.index("## Add your own environment") :]
-    section = section[: section.index("\n## ", 5)]
+    """Code blocks of the guide page, keyed by their first-line comment (a file name)."""
+    section = GUIDE.read_text()
     blocks = re.findall(r"```(?:python|toml|yaml)\n(.*?)```", section, re.S)
     return {b.splitlines()[0].lstrip("# ").strip(): b for b in blocks}
 
@@ -79,11 +77,10 @@ def test_works_in_the_pool_with_workers(plugin):
         assert not result[0].info["action_valid"] and result[1].info["action_valid"]
 
 
-def test_readme_check_command_passes(plugin, capsys):
-    """The README's ``python -m agentrl.check_env`` line, run on the README's env: every rule
-    passes, and the output lines the README quotes are the real ones."""
-    text = README.read_text()
-    section = text[text.index("## Add your own environment") :]
+def test_guide_check_command_passes(plugin, capsys):
+    """The guide's ``python -m agentrl.check_env`` line, run on the guide's env: every rule
+    passes, and the output lines the guide quotes are the real ones."""
+    section = GUIDE.read_text()
     block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
     command, *quoted = block.splitlines()
     args = shlex.split(command)

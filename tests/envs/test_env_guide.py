@@ -1,6 +1,6 @@
-"""The README's env guide as a user runs it: its package written from the README's blocks,
-installed with pip into a fresh virtual environment, trained for 2 iterations and evaluated per
-category with the README's own command lines.
+"""The env guide (docs/guides/add-env.md) as a user runs it: its package written from the
+guide's blocks, installed with pip into a fresh virtual environment, trained for 2 iterations
+and evaluated per category with the guide's own command lines.
 
 The fresh environment sees this project's installed dependencies through a ``.pth`` file
 (installing torch and transformers again would take minutes and a network), so what is fresh is
@@ -19,14 +19,12 @@ from pathlib import Path
 
 from agentrl.overrides import group_options
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "add-env.md"
 
 
 def guide() -> tuple[dict[str, str], list[str]]:
     """The section's files (keyed by their first-line comment) and its install/train/evaluate lines."""
-    text = README.read_text()
-    section = text[text.index("## Add your own environment") :]
-    section = section[: section.index("\n## ", 5)]
+    section = GUIDE.read_text()
     files = {
         b.splitlines()[0].lstrip("# ").strip(): b
         for b in re.findall(r"```(?:python|toml|yaml)\n(.*?)```", section, re.S)

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -215,7 +216,7 @@ class CountdownEnvironment(Environment[CountAction, CountObservation, State]):
         self.left, self.steps = 0, 0
 
     def reset(self, seed=None, episode_id=None, **kwargs):
-        self.left, self.steps = 3 + (seed or 0) % 5, 0
+        self.left, self.steps, self.episode = 3 + (seed or 0) % 5, 0, episode_id
         return CountObservation(board=f"left: {self.left}", left=self.left)
 
     def step(self, action, timeout_s=None, **kwargs):
@@ -232,7 +233,7 @@ class CountdownEnvironment(Environment[CountAction, CountObservation, State]):
 
     @property
     def state(self):
-        return State(episode_id="count", step_count=self.steps)
+        return State(episode_id=getattr(self, "episode", None), step_count=self.steps)
 
 
 @pytest.fixture()
@@ -367,10 +368,14 @@ def test_bad_settings_are_clear_errors(countdown):
 def test_mapping_rejects_values_that_break_the_contract():
     common = dict(reward=1.0, done=True, fields=InfoFields(), instruction="", category="c",
                   fallback_task_id="", success_reward=1.0)  # fmt: skip
+    named = {**common, "fields": InfoFields.with_overrides({"score": "score", "won": "won"})}
     with pytest.raises(ValueError, match=r"score must lie in \[0, 1\]"):
-        derive_info({"score": 1.5}, None, **common)
+        derive_info({"score": 1.5}, None, **named)
     with pytest.raises(ValueError, match="won must be a boolean"):
-        derive_info({"won": 1}, None, **common)
+        derive_info({"won": 1}, None, **named)
+    # not named: the server's field of the same name means something else, set aside
+    out = derive_info({"score": 57, "won": 1}, None, **common)
+    assert out.foreign == {"score": 57, "won": 1} and out.values["score"] == 1.0
     out = derive_info({"x": 1}, {"task_id": 9, "state_key": [1, 2], "step_count": 3}, **common)
     assert out.values["task_id"] == "9" and json.loads(out.values["state_key"]) == [1, 2]
     assert out.values["won"] and out.terminated and not out.truncated
@@ -384,3 +389,196 @@ def test_cli_start_up_problems_exit_2(capsys):
     assert "max_steps must be >= 1" in capsys.readouterr().err
     assert cli_main(["serve", "Sokoban-v0", "--kwargs", "oops"]) == 2
     assert "KEY=VALUE" in capsys.readouterr().err
+
+
+# -- hardening: what a client may not do to a served env, what a foreign server may not do ----
+@contextlib.contextmanager
+def _serving(app):
+    """``app`` on a free loopback port in a thread; yields its URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.01)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+def test_mcp_tool_client_plays_the_served_env(served_sokoban):
+    """OpenEnv's MCPToolClient (over /ws in openenv-core 0.3.0, over POST /mcp in openenv
+    0.10): the env's tools are listed and a call moves the player."""
+    from openenv.core.mcp_client import MCPToolClient
+
+    with MCPToolClient(base_url=served_sokoban.url).sync() as client:
+        client.reset(seed=3)
+        tools = client.list_tools()
+        assert [t.name for t in tools] == ["move"]
+        assert tools[0].input_schema["properties"]["direction"]["enum"] == [
+            "up", "down", "left", "right"
+        ]  # fmt: skip
+        room = client.call_tool("move", direction="up")
+        assert isinstance(room, str) and "P" in room or "S" in room
+        with pytest.raises(RuntimeError, match="direction"):
+            client.call_tool("move", direction="north")
+
+
+def test_served_env_refuses_attacks_while_a_canary_plays(served_sokoban):
+    import httpx
+    from websockets.sync.client import connect
+
+    url = served_sokoban.url
+    local, local_obs, _ = _local(2)
+    with (
+        GenericEnvClient(base_url=url).sync() as canary,
+        GenericEnvClient(base_url=url).sync() as attacker,
+    ):
+        assert canary.reset(seed=2).observation["text"] == local_obs
+        room = "#" * 9 + "\n#P" + "_X" * 3 + "#\n" + "#O" * 4 + "#\n" + "#" * 9
+        attacks = [
+            lambda: attacker.reset(seed=1, room=room),  # a client-written task: refused
+            lambda: httpx.get(url + "/health", headers={"host": "attacker.example"}),
+            lambda: httpx.post(url + "/reset", json={}, headers={"origin": "http://a.example"}),
+            lambda: httpx.post(url + "/reset", content=b"{" + b" " * 2**21 + b"}"),
+            lambda: httpx.post(url + "/step", json={"action": {"text": "up"}}),
+            lambda: connect(url.replace("http", "ws") + "/ws", origin="http://a.example"),
+            lambda: attacker.step({"text": "u" * 3_800_000}),  # a 3.8 MB WebSocket message
+        ]
+        outcomes = []
+        while True:
+            for attack in attacks[:2]:  # two attacks between two canary steps
+                attacks.remove(attack)
+                try:
+                    outcomes.append(attack())
+                except Exception as exc:  # noqa: BLE001 - the refusals the server sends
+                    outcomes.append(exc)
+            action = canary.state()["expert_action"]
+            result = canary.step({"text": action})
+            obs, reward, term, trunc, _ = local.step(action)
+            assert (result.observation["text"], result.reward) == (obs, reward)
+            if term or trunc:
+                break
+        for _ in attacks:  # any left once the canary won
+            outcomes.append(None)
+    room_refused, host, origin, body, step, ws_origin, big = outcomes
+    assert isinstance(room_refused, RuntimeError) and "not allowed" in str(room_refused)
+    assert host.status_code == 403 and origin.status_code == 403
+    assert body.status_code == 413 and "limit" in body.json()["error"]
+    assert step.status_code == 409 and "/ws session" in step.json()["error"]
+    assert isinstance(ws_origin, Exception) and isinstance(big, Exception)
+    assert "Traceback" not in served_sokoban.log.read_text()
+
+
+def test_mcp_sessions_without_a_connection_expire():
+    import httpx
+    from agentrl.envs.openenv import create_openenv_app
+
+    app = create_openenv_app("Sokoban-v0", SOKO, max_sessions=2, session_timeout=1)
+    with _serving(app) as url:
+
+        def create():
+            body = {"jsonrpc": "2.0", "method": "openenv/session/create", "params": {}, "id": 1}
+            return httpx.post(url + "/mcp", json=body).json()
+
+        assert all("result" in create() for _ in range(2))  # held by no connection
+        assert "error" in create()  # the server is full
+        deadline = time.monotonic() + 15  # the reaper looks every 5 s
+        while "error" in (reply := create()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert "result" in reply
+
+
+def test_state_does_not_stall_the_server_while_an_expert_is_slow():
+    import httpx
+    from agentrl.envs.openenv import create_openenv_app
+    from agentrl.envs.sokoban import SokobanEnv
+
+    class Slow(SokobanEnv):
+        def expert_action(self):
+            time.sleep(1.5)
+            return super().expert_action()
+
+    envs.register("SlowExpertSokoban-v0", Slow)
+    app = create_openenv_app("SlowExpertSokoban-v0", SOKO, max_sessions=2)
+    with _serving(app) as url, GenericEnvClient(base_url=url).sync() as client:
+        client.reset(seed=2)
+        t0 = time.monotonic()
+        assert client.state()["expert_action"] in ("up", "down", "left", "right")
+        assert time.monotonic() - t0 < 0.5
+        stepping = threading.Thread(target=client.step, args=({"text": "up"},))
+        stepping.start()  # the expert of the next state runs 1.5 s in a worker thread
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        assert httpx.get(url + "/health").status_code == 200
+        assert time.monotonic() - t0 < 0.5
+        stepping.join(10)
+
+
+class OddAction(Action):
+    move: int
+
+
+class OddObservation(Observation):
+    board: str = ""
+    score: int = 0  # points 0-100: not agentrl's score
+
+
+class OddEnvironment(Environment[OddAction, OddObservation, State]):
+    """A foreign env: a 0-100 ``score``, a NaN reward for move 9, a 150,000-character board
+    for move 8, and a reset that declares no seed (OpenEnv drops it)."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def reset(self, episode_id=None):
+        self.episode = episode_id if episode_id == "fixed" else None
+        return OddObservation(board="start", score=57)
+
+    def step(self, action, timeout_s=None, **kwargs):
+        reward = float("nan") if action.move == 9 else 0.5
+        board = "x" * 150_000 if action.move == 8 else f"moved {action.move}"
+        return OddObservation(board=board, score=60, reward=reward, done=False)
+
+    @property
+    def state(self):
+        return State(episode_id=self.episode, step_count=0)
+
+
+def test_adapter_on_a_server_whose_fields_mean_other_things():
+    app = create_fastapi_app(OddEnvironment, OddAction, OddObservation, max_concurrent_envs=2)
+    with _serving(app) as url:
+        env = envs.make("OpenEnv-v0", url=url)
+        try:
+            with pytest.warns(UserWarning) as caught:
+                obs, info = env.reset(seed=4)
+            text = " ".join(str(w.message) for w in caught)
+            assert "'score' (57) is not agentrl's score" in text and "did not take" in text
+            assert info["score"] == 0.0 and info["openenv_score"] == 57
+            assert info["task_id"] == ""  # the seed was dropped: no "seed:4" claimed
+            obs, reward, *_, info = env.step('{"move": 8}')
+            assert len(obs) == 100_000 and env.observation_space.contains(obs)
+            assert info["openenv_observation_chars"] == 150_000 and reward == 0.5
+            with pytest.raises(OpenEnvServerError, match="reward null"):
+                env.step('{"move": 9}')  # NaN reaches the client as null
+        finally:
+            env.close()
+
+
+def test_the_checker_needs_one_session_at_a_time():
+    app = create_fastapi_app(
+        CountdownEnvironment, CountAction, CountObservation, max_concurrent_envs=1
+    )
+    with _serving(app) as url:
+        results = check_contract(
+            lambda: envs.make("OpenEnv-v0", url=url),
+            seeds=(0, 1),
+            max_steps=6,
+            rules=("info", "seed", "replay", "state_key", "invalid"),
+        )
+    assert all(r.ok for r in results), "\n".join(r.line() for r in results)

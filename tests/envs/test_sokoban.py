@@ -187,3 +187,19 @@ def test_task_ids_are_fixed_and_disjoint_from_training_seeds():
     assert all(int(t) >= SokobanEnv.TEST_SEED_OFFSET for t in test_ids)
     with pytest.raises(ValueError, match="splits"):
         env.task_ids("valid")
+
+
+def test_hand_written_rooms_are_bounded_in_size_and_solver_effort():
+    """What a client writes costs a bounded time: a room over max_room_cells is refused before
+    it is solved, a hard one when the solver's node budget runs out."""
+    import time
+
+    big = "\n".join(["#" * 11] + ["#P" + "_" * 8 + "#"] + ["#" + "_" * 9 + "#"] * 8 + ["#" * 11])
+    with pytest.raises(ValueError, match="121 cells, over max_room_cells=100"):
+        SokobanEnv().reset(options={"room": big})
+    hard = "\n".join(["#########", "#P______#", "#_X_X_X_#", "#_______#", "#_X_X_X_#",
+                      "#_O_O_O_#", "#_O_O_O_#", "#########"])  # fmt: skip
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match="no solution within solver_nodes=200"):
+        SokobanEnv(solver_nodes=200).reset(options={"room": hard})
+    assert time.monotonic() - t0 < 5

@@ -83,6 +83,11 @@ def test_generated_mode_and_bad_files(tmp_path, games):
     assert info["task_id"] == "train/0" and obs
     with pytest.raises(ValueError, match="bad TextWorld task id"):
         env.reset(options={"task_id": "train/x"})
+    made = sorted((tmp_path / "cache").rglob("*.z8"))
+    for unlisted in ("train/1", "train/99999", "test/0"):  # would each generate and keep a game
+        with pytest.raises(ValueError, match="unknown TextWorld task id"):
+            env.reset(options={"task_id": unlisted})
+    assert sorted((tmp_path / "cache").rglob("*.z8")) == made
     with pytest.raises(ValueError, match="splits"):
         env.task_ids("valid")
     env.close()

@@ -1,4 +1,4 @@
-"""TextWorld-v0 against model garbage and broken game files (issue #20, section 1).
+"""TextWorld-v0 against model garbage and broken game files.
 
 The validity rule: only admissible commands reach the game; everything else is invalid, not sent,
 and leaves the state unchanged. Broken story files are errors naming the file, never a dead

@@ -1,6 +1,6 @@
 """Malformed original-format WebShop files: every one gives a CatalogueError naming the file (and
 the record) or is skipped by the reference's rules with a counted warning; nothing else escapes
-(issue #20: TypeError, RecursionError, IsADirectoryError, inf and negative prices)."""
+(TypeError, RecursionError, IsADirectoryError, inf and negative prices)."""
 
 from __future__ import annotations
 

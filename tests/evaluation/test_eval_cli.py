@@ -111,7 +111,7 @@ def test_cli_reports_bad_config(tmp_path, overrides, message):
     ],
 )
 def test_bad_sizes_are_config_problems_naming_the_key(tmp_path, override, key):
-    """Counts and limits are checked before any env or model is built (issue #28, item 5)."""
+    """Counts and limits are checked before any env or model is built."""
     from agentrl.evaluate import ConfigProblem
 
     with pytest.raises(ConfigProblem, match=rf"^{key} must be"):

@@ -116,7 +116,7 @@ def test_a_crafted_pickle_runs_no_code(tmp_path, monkeypatch):
     assert not (tmp_path / "pwned").exists()
 
 
-# -- resume is exact or refuses (issue 28, item 3) ----------------------------------------------
+# -- resume is exact or refuses -----------------------------------------------------------------
 def _learner(tiny_path, value_head: bool = True, lora: bool = False) -> Learner:
     torch.manual_seed(0)
     model, tok, _ = load_model(tiny_path)

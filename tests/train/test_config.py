@@ -211,7 +211,7 @@ def test_presets_set_values_never_new_keys():
             assert merged is not None
 
 
-# -- checked before any work (issue #28, item 5) ---------------------------------------------------
+# -- checked before any work ------------------------------------------------------------------------
 def _int_fields(cls, prefix=""):
     for f in dataclasses.fields(cls):
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default

@@ -1,4 +1,4 @@
-"""No interrupt loses work (issue #28, item 6): SIGINT/SIGTERM sent to a real training process
+"""No interrupt loses work: SIGINT/SIGTERM sent to a real training process
 write a checkpoint of the iterations done and their summary, exit 130/143 with one line, leave no
 child process, and the checkpoint resumes to the uninterrupted run's numbers; time-based
 checkpoints; one progress line per iteration when stdout is not a terminal."""
