@@ -235,6 +235,7 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
         with interrupts(enabled=not dist.distributed, grace_s=t.signal_grace_s) as signals:
             learner.on_micro_batch = lambda n, done: (live.micro_batch(n, done), signals.poll(done))
             if initial is None and t.eval_initial:
+                live.enter("eval")
                 with Timer() as tm:
                     report, em = evaluate("initial")
                 o = report.overall
@@ -317,7 +318,6 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
                     checkpoint(it + 1)
             # -- the end: last checkpoint, final model, final evaluation, summary ----------------
             rollouts.close()  # k >= 1: the producer stops; the engine holds the learner's weights
-            progress.close()
             n = t.iterations
             if n not in saved:
                 checkpoint(n)
@@ -325,8 +325,10 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
             if main:  # once, from the full weights (the engine's copy under torchrun)
                 final_dir = save_model(out, p.engine_model or model, tok)
             D.barrier()
+            live.enter("eval")
             with Timer() as tm:
                 report, em = evaluate("final")
+            progress.close()
             log({"iteration": n, "step": n, "phase": "eval_final", "time/eval_s": tm.wall, **em})
             summary = summarize_run(cfg, report, initial, history, final_dir)
             scalars = {

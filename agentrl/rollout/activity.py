@@ -36,17 +36,20 @@ class Activity:
             self.phase = "rollout"
             self.episodes = self.steps = self.tokens = self.micro_batches = 0
             self.update_done = 0.0
-            self._t0 = self._tok_t0 = self._clock()
+            self._t0 = self._tok_t0 = self._phase_t0 = self._clock()
             self._tok0, self._rate = 0, None
 
     def enter(self, phase: str) -> None:
-        """The main thread moves on: ``rollout``, ``credit``, ``update``, ``eval``, ``save``."""
+        """The main thread moves on: ``rollout``, ``credit``, ``update`` or ``eval`` (a held-out
+        evaluation, between iterations: its own counts)."""
         with self._lock:
             if self.phase in _GENERATING and phase not in _GENERATING:  # the rate it ended at
                 self._rate = self._rate_now()
-            self.phase = phase
+            self.phase, self._phase_t0 = phase, self._clock()
             if phase == "update":
                 self.micro_batches, self.update_done = 0, 0.0
+            if phase == "eval":  # a held-out evaluation counts its own episodes
+                self.episodes = self.steps = self.tokens = 0
             if phase in _GENERATING:  # tokens/s of this phase's generation
                 self._tok_t0, self._tok0, self._rate = self._clock(), self.tokens, None
 
@@ -84,13 +87,17 @@ class Activity:
                     f"{played}; update: micro-batches done {self.micro_batches} "
                     f"({self.update_done:.0%} of the update)"
                 )
-            if self.phase in ("credit", "eval", "save"):
-                return f"{played}; {dict(credit='credit', eval='evaluating', save='saving')[self.phase]}"
+            if self.phase == "credit":
+                return f"{played}; credit"
             return played
 
     def elapsed(self) -> float:
         """Seconds since the iteration started."""
         return self._clock() - self._t0
+
+    def phase_elapsed(self) -> float:
+        """Seconds since the current phase started."""
+        return self._clock() - self._phase_t0
 
 
 class MeteredBackend:

@@ -148,6 +148,9 @@ class Progress:
     def _live_line(self) -> str | None:
         """The heartbeat's line: iteration, what it is doing, for how long."""
         act = self._activity
+        if act is not None and act.phase == "eval":
+            return (f"train {self._done}/{self._total}  held-out evaluation running for "
+                    f"{_duration(act.phase_elapsed())}: {act.line()}")  # fmt: skip
         if act is None or self._done >= self._total:
             return None
         it = self._done + 1

@@ -369,3 +369,18 @@ def test_off_a_terminal_a_long_iteration_says_what_it_is_doing():
     n = len(stream.getvalue().splitlines())
     time.sleep(0.2)
     assert len(stream.getvalue().splitlines()) == n  # closed: no more lines
+
+
+def test_a_held_out_evaluation_says_so_off_a_terminal():
+    stream, clock = io.StringIO(), _Clock()
+    live = Activity(clock=clock)
+    bar = Progress(True, 5, 2, stream=stream, activity=live, every=0.05)
+    live.generated(8, 80)
+    live.enter("eval")  # its own counts
+    live.episode_done(3)
+    clock.now += 90.0
+    _wait_for(lambda: "evaluation" in stream.getvalue(), 10)
+    bar.close()
+    assert stream.getvalue().splitlines()[0] == (
+        "train 2/5  held-out evaluation running for 2 min: played 3 episodes (0 steps, 0 tok/s)"
+    )
