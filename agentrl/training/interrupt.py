@@ -162,6 +162,8 @@ class Interrupts:
         if self._update is None or self.grace_s is None:
             self._say(f"{name}: finishing the update in progress, then saving; {again} quits "
                       "without saving")  # fmt: skip
+            if self.grace_s is not None:  # an update about to start is bounded all the same
+                self._timer = _Deadline(self.grace_s, signum, self)
             return
         it, _start = self._update
         left = self._left()
