@@ -26,6 +26,7 @@ import numpy as np
 from .pool import EnvPool, ResetSpec, StepResult
 
 __all__ = [
+    "AGENT_STRIDE",
     "Episode",
     "EpisodeResult",
     "Move",
@@ -34,8 +35,12 @@ __all__ = [
     "RolloutStats",
     "StepRecord",
     "Turn",
+    "agent_views",
     "play_episodes",
 ]
+
+#: Multi-agent episodes: agent ``i``'s view of episode ``k`` is trajectory ``k * AGENT_STRIDE + i``.
+AGENT_STRIDE = 16
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,7 @@ class Turn:
     action: str | None = None
     reward: float = 0.0
     info: Mapping[str, Any] = field(default_factory=dict)
+    agent: str | None = None  # who acted (multi-agent envs: ``info["agent"]`` before the step)
 
 
 @dataclass
@@ -75,6 +81,9 @@ class StepRecord:
     # The policy version (learner updates done) of the weights that sampled this step's response;
     # asynchronous rollouts (rollout.staleness >= 1) read it, the synchronous loop leaves it 0.
     policy_version: int = 0
+    # Multi-agent envs: the agent that acted (``info["agent"]``); its reward is every reward that
+    # agent got from this step until its next one (``info["rewards"]``), PettingZoo's convention.
+    agent: str | None = None
 
 
 @dataclass
@@ -96,6 +105,16 @@ class EpisodeResult:
     # The env pool's error kind (agentrl.pool.ERROR_KINDS) when an env fault cut the episode: the
     # cut step costs no invalid-action penalty and the trainer leaves the episode out of credit.
     fault: str | None = None
+    # Multi-agent envs: the outcome per agent at the last step (``info["agent_won"]``,
+    # ``info["agent_score"]``, ``info["returns"]``) and the seats the caller played; ``agent`` is
+    # set on one agent's view of the episode (:func:`agent_views`).
+    agent_won: dict[str, bool] = field(default_factory=dict)
+    agent_score: dict[str, float] = field(default_factory=dict)
+    agent_return: dict[str, float] = field(default_factory=dict)
+    seats: list[str] = field(default_factory=list)
+    agent: str | None = None
+    # rewards that reached an agent before its first move, added to that move when it comes
+    pending_rewards: dict[str, float] = field(default_factory=dict, repr=False)
 
     @property
     def total_reward(self) -> float:
@@ -167,7 +186,28 @@ class Episode:
 
     @property
     def instruction(self) -> str:
+        if self.agent is not None:  # multi-agent: the acting agent's role
+            return str(self.info.get("instruction", ""))
         return str(self.first_info.get("instruction", self.info.get("instruction", "")))
+
+    @property
+    def agent(self) -> str | None:
+        """The agent that acts now (multi-agent envs' ``info["agent"]``; ``None`` otherwise)."""
+        agent = self.info.get("agent")
+        return agent if isinstance(agent, str) else None
+
+    def own_history(self) -> list[Turn]:
+        """The turns the acting agent took (every turn in a single-agent env): a prompt shows
+        an agent its own past moves only, never another agent's observations."""
+        agent = self.agent
+        if agent is None:
+            return self.history
+        return [h for h in self.history if h.agent == agent]
+
+    def own_steps(self) -> list[StepRecord]:
+        """The recorded steps of the acting agent (all steps in a single-agent env)."""
+        agent, steps = self.agent, self.result.steps if self.result is not None else []
+        return steps if agent is None else [s for s in steps if s.agent == agent]
 
     @property
     def admissible_actions(self) -> list[str] | None:
@@ -253,6 +293,8 @@ def _record(ep: Episode, move: Move, res: StepResult, max_steps: int | None) -> 
     # An env fault (the pool sets info["error"]) is no verdict on the action: only a parse
     # failure makes such a step invalid (info is then the last good step's).
     valid = move.action is not None and ("error" in info or bool(info.get("action_valid", True)))
+    agent = ep.agent
+    rewards = info.get("rewards") if agent is not None else None
     r.steps.append(
         StepRecord(
             prompt_ids=list(move.prompt_ids),
@@ -265,18 +307,28 @@ def _record(ep: Episode, move: Move, res: StepResult, max_steps: int | None) -> 
             finish_reason=move.finish_reason,
             observation=ep.observation,
             state_key=ep.info.get("state_key", ep.observation),
-            reward=float(res.reward),
+            reward=float(res.reward) if not isinstance(rewards, Mapping) else 0.0,
             valid=valid,
             milestones_new=max(0, after - before),
             next_state_key=info.get("state_key", res.observation),
             extras=move.extras,
             policy_version=move.policy_version,
+            agent=agent,
         )
     )
-    ep.history.append(Turn(ep.observation, move.response, move.action, float(res.reward), info))
+    if isinstance(rewards, Mapping):
+        _credit_agents(r, rewards)
+    ep.history.append(
+        Turn(ep.observation, move.response, move.action, float(res.reward), info, agent)
+    )
     ep.steps += 1
     ep.observation, ep.info = res.observation, dict(info)
     r.won, r.score = bool(info.get("won", False)), float(info.get("score", 0.0))
+    if agent is not None and isinstance(info.get("agent_won"), Mapping):
+        r.agent_won = {str(a): bool(v) for a, v in info["agent_won"].items()}
+        r.agent_score = {str(a): float(v) for a, v in info.get("agent_score", {}).items()}
+        r.agent_return = {str(a): float(v) for a, v in info.get("returns", {}).items()}
+        r.seats = [str(a) for a in info.get("seats", ())]
     if "error" in info:  # the pool cut the episode (its env raised, its worker died or hung)
         r.error = str(info["error"])
         r.fault = str(info.get("error_kind", "exception"))
@@ -285,6 +337,64 @@ def _record(ep: Episode, move: Move, res: StepResult, max_steps: int | None) -> 
         r.terminated, r.truncated = bool(res.terminated), not res.terminated
         return True
     return False
+
+
+def _credit_agents(r: EpisodeResult, rewards: Mapping[str, Any]) -> None:
+    """Add each agent's reward of this env step to that agent's latest step (an agent that has
+    not acted yet keeps it for its first step; PettingZoo's cumulative rewards)."""
+    pending = r.pending_rewards
+    for a, value in rewards.items():
+        value = float(value)
+        if not value:
+            continue
+        last = next((s for s in reversed(r.steps) if s.agent == a), None)
+        if last is None:
+            pending[a] = pending.get(a, 0.0) + value
+        else:
+            last.reward += value
+    step = r.steps[-1]
+    if step.agent in pending:  # rewards that reached this agent before its first move
+        step.reward += pending.pop(step.agent)
+
+
+def agent_views(episodes: Sequence[EpisodeResult]) -> list[EpisodeResult]:
+    """One trajectory per agent: a multi-agent episode becomes one result per agent that acted
+    (its own steps, its own outcome), with ids that keep roles apart: group ``g`` becomes
+    ``g * AGENT_STRIDE + seat`` (group baselines within a role) and trajectory ``k`` becomes
+    ``k * AGENT_STRIDE + seat``. Single-agent episodes pass unchanged."""
+    out: list[EpisodeResult] = []
+    for ep in episodes:
+        agents = list(dict.fromkeys(s.agent for s in ep.steps if s.agent is not None))
+        if not agents or ep.agent is not None:
+            out.append(ep)
+            continue
+        order = {a: i for i, a in enumerate(ep.agent_won or agents)}
+        for a in sorted(agents, key=lambda a: order.get(a, len(order))):
+            seat = order.get(a, len(order))
+            if seat >= AGENT_STRIDE:
+                raise ValueError(f"at most {AGENT_STRIDE} agents per episode, got {a!r}")
+            view = EpisodeResult(
+                ep.group * AGENT_STRIDE + seat,
+                ep.traj * AGENT_STRIDE + seat,
+                ep.task_id,
+                ep.category,
+                ep.seed,
+                steps=[s for s in ep.steps if s.agent == a],
+                won=ep.agent_won.get(a, False),
+                score=ep.agent_score.get(a, 0.0),
+                terminated=ep.terminated,
+                truncated=ep.truncated,
+                error=ep.error,
+                sampling_seed=ep.sampling_seed,
+                fault=ep.fault,
+                agent_won=ep.agent_won,
+                agent_score=ep.agent_score,
+                agent_return=ep.agent_return,
+                seats=ep.seats,
+                agent=a,
+            )
+            out.append(view)
+    return out
 
 
 def _step(

@@ -6,7 +6,7 @@
     result.diagnostics  # group sizes, singleton and zero-advantage fractions, all-fail variance
     result.components   # named parts ("episode", "step", ...) that ``compose`` can stack
 
-Modules: grpo, rloo, gigpo, hgpo, salt, graphgpo, turn, milestone, gagpo, bipace, gae, hiper,
+Modules: grpo, rloo, gigpo, hgpo, salt, graphgpo, turn, milestone, gagpo, bipace, gae, hiper, mars,
 and compose (a base plus weighted terms, from plain nested dicts). Every module is a pure function
 registered by name; see ``docs/credit.md`` for the table of methods, the inputs each needs, and
 their defaults.
@@ -22,6 +22,7 @@ from . import (  # noqa: F401  (registers the modules)
     grpo,
     hgpo,
     hiper,
+    mars,
     milestone,
     rloo,
     salt,

@@ -215,6 +215,14 @@ OPTION_RANGES: dict[str, dict[str, OptionRange]] = {
         invalid_penalty=NONNEG,
         eps=EPS_RANGE,
     ),
+    "mars": dict(
+        gamma=UNIT,
+        mode=MODE,
+        scope=Choice(("batch", "group")),
+        reward_norm=Choice(("none", "mean")),
+        invalid_penalty=NONNEG,
+        eps=EPS_RANGE,
+    ),
     "turn": dict(
         variant=Choice(("returns", "mt_grpo", "a2tgpo")),
         gamma=UNIT,

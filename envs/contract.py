@@ -28,6 +28,18 @@ The rules (``RULES``):
   ``token_count`` (the model's tokens for the rendered action, stop token included) and
   ``max_new_tokens``; skipped without them. Under constrained decoding a longer action can
   never be produced.
+- ``agents`` (multi-agent envs, :mod:`.multiagent`; skipped otherwise): every info has valid
+  multi-agent keys, the scalar reward is the acting agent's share of ``info["rewards"]``, the
+  returns add up the rewards, a junk action leaves the turn with the same agent, and the episode
+  ends with ``agent`` ``None``;
+- ``hidden`` (multi-agent envs): no agent is shown what its information state does not hold:
+  over random games from many seeds (other deals, other bot moves), equal ``state_key`` (the
+  acting agent's information state) always comes with the same observation and the same
+  admissible actions, so nothing hidden (another agent's cards, a pending simultaneous move)
+  reaches an observation.
+
+A multi-agent env has no expert that wins every game: ``expert`` is skipped for it where the env
+has none.
 
 This module imports nothing from agentrl beyond ``envs`` (the token count is passed in).
 """
@@ -42,9 +54,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 from gymnasium.utils.env_checker import check_env
 
 from .base import INFO_KEYS, make_info
+from .multiagent import agent_problem, is_multiagent
 from .tools import TOOL_ACTIONS_KEY, TOOLS_KEY, action_to_call, call_to_action, tools_problem
 
 __all__ = [
@@ -67,6 +81,8 @@ RULES = (
     "tools",
     "expert",
     "budget",
+    "agents",
+    "hidden",
 )
 
 #: Actions no env should accept (empty, whitespace, control bytes, markup, a long string).
@@ -310,10 +326,16 @@ class _Checker:
             return None
         return f"the tool declaration is valid; {checked} admissible actions are written by calls"
 
-    def expert(self) -> str:
+    def expert(self) -> str | None:
+        """``None``: skipped (a multi-agent env without an expert)."""
         for seed in self.seeds:
             twin = self.fresh()
             obs, info = self.reset(twin, seed=seed)
+            if is_multiagent(info):
+                try:
+                    twin.expert_action()
+                except NotImplementedError:
+                    return None
             try:
                 path, keys, won = self._expert_path(twin, info)
             except NotImplementedError as exc:
@@ -351,6 +373,86 @@ class _Checker:
             if terminated or truncated:
                 break
         return actions, keys, False
+
+    def agents(self) -> str | None:
+        """``None``: skipped (a single-agent env)."""
+        env, steps = self.fresh(), 0
+        for seed in self.seeds:
+            _obs, info = self.reset(env, seed=seed)
+            if not is_multiagent(info):
+                return None
+            self._agent_info(info, f"reset(seed={seed})")
+            returns = dict(info["returns"])
+            rng = np.random.default_rng(seed)
+            for t in range(self.max_steps):
+                acting = info["agent"]
+                junk = self.step(env, JUNK_ACTIONS[t % len(JUNK_ACTIONS)], f"seed {seed}")[4]
+                self._agent_info(junk, f"seed {seed} step {t} (junk)")
+                if junk["agent"] != acting:
+                    raise _Broken(
+                        f"seed {seed} step {t}: a junk action passed the turn from {acting!r} "
+                        f"to {junk['agent']!r}"
+                    )
+                acts = junk["admissible_actions"] or []
+                if not acts:
+                    break
+                action = acts[int(rng.integers(len(acts)))]
+                _o, r, term, trunc, info = self.step(env, action, f"seed {seed}")
+                steps += 1
+                where = f"seed {seed} step {t}"
+                self._agent_info(info, where)
+                if abs(float(r) - info["rewards"][acting]) > 1e-9:
+                    raise _Broken(
+                        f"{where}: reward {r!r} is not the acting agent {acting!r}'s "
+                        f"info['rewards'] {info['rewards'][acting]!r}"
+                    )
+                for a, v in info["rewards"].items():
+                    returns[a] += v
+                bad = [a for a in returns if abs(returns[a] - info["returns"][a]) > 1e-6]
+                if bad:
+                    raise _Broken(f"{where}: info['returns'] of {bad} do not add up the rewards")
+                if term or trunc:
+                    if term and info["agent"] is not None:
+                        raise _Broken(f"{where}: the game ended with agent {info['agent']!r}")
+                    break
+        return f"agent keys, rewards, returns and turns hold ({steps} moves)"
+
+    def _agent_info(self, info: dict, where: str) -> None:
+        problem = agent_problem(info)
+        if problem:
+            raise _Broken(f"{where}: {problem}")
+
+    def hidden(self) -> str | None:
+        """``None``: skipped (a single-agent env)."""
+        seen: dict[Hashable, tuple[str, tuple, int]] = {}
+        env, games = self.fresh(), 0
+        for seed in [*self.seeds, *range(1000, 1000 + max(20, 4 * len(self.seeds)))]:
+            obs, info = self.reset(env, seed=seed)
+            if not is_multiagent(info):
+                return None
+            rng = np.random.default_rng(seed + 1)
+            games += 1
+            for _ in range(self.max_steps):
+                if info["agent"] is None:
+                    break
+                key, acts = info["state_key"], tuple(info["admissible_actions"] or ())
+                if key in seen and seen[key][:2] != (obs, acts):
+                    first_obs, first_acts, first_seed = seen[key]
+                    what = "observation" if first_obs != obs else "admissible actions"
+                    raise _Broken(
+                        f"agent {info['agent']!r} at one information state {_short(key)} is shown "
+                        f"two {what} (seeds {first_seed} and {seed}): {first_obs!r:.80} vs "
+                        f"{obs!r:.80}: the observation reveals what the agent cannot know"
+                    )
+                seen.setdefault(key, (obs, acts, seed))
+                if not acts:
+                    break
+                obs, _r, term, trunc, info = self.step(
+                    env, acts[int(rng.integers(len(acts)))], "hidden"
+                )
+                if term or trunc:
+                    break
+        return f"{len(seen)} information states, each with one view ({games} games)"
 
     def budget(self) -> str | None:
         """``None``: skipped (no model given, or no action listed or taken)."""
@@ -423,6 +525,11 @@ def _some_action(env: gym.Env, info: dict) -> str:
         return acts[0] if acts else JUNK_ACTIONS[-1]
 
 
+def _short(key: Any) -> str:
+    text = repr(key)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _diff(a: tuple, b: tuple) -> str:
     names = ("observation", "state_key", "task_id")
     parts = [f"{n} {x!r:.60} vs {y!r:.60}" for n, x, y in zip(names, a, b) if x != y]
@@ -459,6 +566,9 @@ def check_contract(
             skipped = {
                 "budget": "skipped: needs a model (--model) and actions to measure",
                 "tools": "skipped: the env declares no tools (info['tools'])",
+                "expert": "skipped: a multi-agent env without an expert (play its bots instead)",
+                "agents": "skipped: a single-agent env",
+                "hidden": "skipped: a single-agent env",
             }
             result = (
                 RuleResult(rule, True, detail)

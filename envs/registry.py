@@ -33,6 +33,14 @@ BUILTIN: dict[str, str] = {
     "TextWorld-v0": "agentrl.envs.textworld.env:TextWorldEnv",
     "OpenEnv-v0": "agentrl.envs.openenv.client:OpenEnvEnv",
     "Search-v0": "agentrl.envs.search.env:SearchEnv",
+    "OpenSpiel-v0": "agentrl.envs.openspiel.env:OpenSpielEnv",
+    "TicTacToe-v0": "agentrl.envs.openspiel.env:tic_tac_toe",
+    "ConnectFour-v0": "agentrl.envs.openspiel.env:connect_four",
+    "KuhnPoker-v0": "agentrl.envs.openspiel.env:kuhn_poker",
+    "LeducPoker-v0": "agentrl.envs.openspiel.env:leduc_poker",
+    "Hanabi-v0": "agentrl.envs.openspiel.env:hanabi",
+    "TinyHanabi-v0": "agentrl.envs.openspiel.env:tiny_hanabi",
+    "Goofspiel-v0": "agentrl.envs.openspiel.env:goofspiel",
 }
 
 _plugins_loaded = False

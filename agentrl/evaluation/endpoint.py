@@ -427,7 +427,7 @@ class EndpointAgent:
         builder = PromptBuilder(None, prompt)  # messages only: the server applies its chat template
 
         def shown(ep: Episode) -> list[Any]:
-            turns = ep.history  # the trainer's Turn: each shows its observation and response
+            turns = ep.own_history()  # the trainer's Turn: each shows its observation and response
             k = prompt.history
             return turns if k == -1 else (turns[-k:] if k > 0 else [])
 

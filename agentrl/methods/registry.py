@@ -49,8 +49,10 @@ __all__ = [
 
 #: Optional step-batch inputs the trainer supplies to any credit module that declares them (the
 #: critic's value at the last prompt token, hidden-state embeddings, the observation text, the
-#: next state's key); formats and step hooks add their own (:attr:`TrainerHooks.supplies`).
-BASE_INPUTS = frozenset({"value", "embedding", "observation", "next_state_key"})
+#: next state's key, the acting agent and the episode's category); formats and step hooks add their own (:attr:`TrainerHooks.supplies`).
+BASE_INPUTS = frozenset(
+    {"value", "embedding", "observation", "next_state_key", "agent", "category"}
+)
 DEFAULT_FORMAT = "default"
 TOOL_FORMAT = "tool_call"
 #: ``rollout.action_format`` -> the registered format it selects (when no credit module asks).

@@ -10,7 +10,7 @@ import numpy as np
 from agentrl.credit import StepBatch
 from agentrl.credit.batch import COLUMNS
 
-from ..episodes import EpisodeResult, StepRecord
+from ..episodes import EpisodeResult, StepRecord, agent_views
 from ..learner.sequences import StepSequence
 
 __all__ = ["to_step_batch"]
@@ -53,6 +53,8 @@ def _extras_row(ep: EpisodeResult, t: int, s: StepRecord) -> dict[str, Any]:
         "terminated": ep.terminated and t == len(ep.steps) - 1,
         "finish_reason": s.finish_reason,
         "next_state_key": s.next_state_key,
+        "agent": ep.agent if ep.agent is not None else "",
+        "category": ep.category,
     }
 
 
@@ -62,6 +64,8 @@ _EXTRA_ARRAYS = {
     "terminated": lambda v: np.asarray(v, dtype=bool),
     "finish_reason": _objects,
     "next_state_key": _objects,
+    "agent": _objects,
+    "category": _objects,
 }
 
 
@@ -79,8 +83,19 @@ def to_step_batch(
     failed rollouts' final states through it), plus the action format's step columns
     (``ActionFormat.step_extras``; HiPER's ``switch``, ``subgoal``, ``switch_span``). Each
     column's dtype and checks are the step batch's declaration (:data:`agentrl.credit.batch.COLUMNS`).
+
+    Multi-agent episodes enter as one trajectory per agent (:func:`agentrl.episodes.agent_views`):
+    each agent's own steps, rewards and outcome, in a group of its role (so group baselines and
+    anchor states stay within a role); ``extras["agent"]`` names the agent (``""`` in single-agent
+    episodes) and ``extras["category"]`` the episode's category (the game).
     """
+    position = {id(s): k for k, s in enumerate(s for ep in episodes for s in ep.steps)}
+    episodes = agent_views(episodes)
     rows = [(ep, t, s) for ep in episodes for t, s in enumerate(ep.steps)]
+    order = np.fromiter((position[id(s)] for _, _, s in rows), dtype=np.int64, count=len(rows))
+    if (order != np.arange(len(rows))).any():  # the per-step inputs follow the rows
+        values = None if values is None else np.asarray(values)[order]
+        embeddings = None if embeddings is None else np.asarray(embeddings)[order]
     cols: dict[str, Any] = {c.name: [] for c in COLUMNS}
     extras: dict[str, list] = {k: [] for k in _EXTRA_ARRAYS}
     for ep, t, s in rows:

@@ -111,8 +111,9 @@ class ModelPolicy:
         fmt = self.format_of(ep)
         observation = ep.observation + fmt.prompt_note(ep.memory)
         role, tools = fmt.observation_role, fmt.prompt_tools
-        if self.builder.cfg.context == "tokens" and ep.result is not None and ep.result.steps:
-            last = ep.result.steps[-1]
+        own = ep.own_steps()  # multi-agent: this agent's steps only (its own view)
+        if self.builder.cfg.context == "tokens" and own:
+            last = own[-1]
             return self.builder.extend(
                 last.prompt_ids,
                 last.response_ids,
@@ -123,7 +124,12 @@ class ModelPolicy:
                 role=role,
             )
         return self.builder.build(
-            ep.instruction, ep.history, observation, ep.admissible_actions, tools=tools, role=role
+            ep.instruction,
+            ep.own_history(),
+            observation,
+            ep.admissible_actions,
+            tools=tools,
+            role=role,
         )
 
     def start(self, episodes: Sequence[Episode]) -> None:

@@ -135,7 +135,7 @@ def filter_groups(
 
     result = sample_informative(
         counted,
-        lambda group: [ep.total_reward + penalty * ep.invalid_actions for ep in group],
+        lambda group: [_return_with_penalty(ep, penalty) for ep in group],
         n_groups,
         group_size=r.group_size,
         max_extra_rollouts=budget,
@@ -144,6 +144,17 @@ def filter_groups(
     metrics = {f"rollout/{k}": float(v) for k, v in result.metrics.items()}
     metrics["rollout/dynamic_sampling/drawn_rollouts"] = float(drawn[0])
     return result.groups, metrics
+
+
+def _return_with_penalty(ep: EpisodeResult, penalty: float) -> float:
+    """An episode's return as credit sees it (plus the penalty per invalid step); a multi-agent
+    episode's is its first seat's (in two-player zero-sum and team games the other's moves with
+    it), since its total over agents is 0 in zero-sum games and would never differ."""
+    if ep.seats and ep.agent_return:
+        a = ep.seats[0]
+        invalid = sum(not s.valid for s in ep.steps if s.agent == a)
+        return ep.agent_return.get(a, 0.0) + penalty * invalid
+    return ep.total_reward + penalty * ep.invalid_actions
 
 
 def held_out_resets(cfg: TrainConfig, pool: Any) -> list[ResetSpec]:

@@ -19,6 +19,7 @@ ALL = [
     "grpo",
     "hgpo",
     "hiper",
+    "mars",
     "milestone",
     "rloo",
     "salt",

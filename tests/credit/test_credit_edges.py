@@ -124,7 +124,7 @@ def _run(batch, name, **opts):
 
 
 def test_rewards_of_1e_200_warn_in_every_module():
-    """The issue's case: all 13 modules, rewards 1e-200: a warning naming each module."""
+    """The issue's case: all 14 modules, rewards 1e-200: a warning naming each module."""
     b = synthetic.random_batch(4, 4, 10, embedding_dim=4, seed=0)
     b = example_value_columns(example_format_columns(b))
     tiny = _scaled_batch_plain(b, 1e-200)
@@ -138,7 +138,7 @@ def test_rewards_of_1e_200_warn_in_every_module():
         "base": {"name": "grpo", "invalid_penalty": 0.0},
         "terms": [{"name": "gigpo", "invalid_penalty": 1e-201}],
     }
-    assert len(available()) == 13
+    assert len(available()) == 14
     for name in available():
         a, warned = _run(tiny, name, **scaled.get(name, {}))
         assert np.isfinite(a).all()

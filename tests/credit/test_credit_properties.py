@@ -28,6 +28,7 @@ MODULES: dict[str, list[dict]] = {
     "gagpo": [{}, {"leave_one_out": True}],
     "bipace": [{}, {"action_baseline": False, "mode": "mean"}],
     "gae": [{}, {"whiten": True}],
+    "mars": [{}, {"mode": "mean", "scope": "group", "reward_norm": "mean", "invalid_penalty": 0.1}],
     "hiper": [{}, {"normalize": False, "keep_penalty_mode": "fixed", "bootstrap_truncated": False}],
     "compose": [
         {

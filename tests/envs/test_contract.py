@@ -28,7 +28,10 @@ def test_info_keys_on_reset_and_every_step(env_id):
         assert set(INFO_KEYS) <= set(info), f"missing keys: {set(INFO_KEYS) - set(info)}"
         assert 0.0 <= info["score"] <= 1.0
         hash(info["state_key"])
-        action = env.expert_action()
+        try:
+            action = env.expert_action()
+        except NotImplementedError:  # games: no expert wins every game; any legal move will do
+            action = info["admissible_actions"][0]
         obs, _, terminated, truncated, info = env.step(action)
         assert isinstance(obs, str)
         if terminated or truncated:

@@ -19,6 +19,9 @@ from agentrl.train import prepare
 
 from .helpers import SMOKE, make_cfg, options
 
+#: What an env needs beyond them (OpenSpiel's tic-tac-toe moves, "x(0,0)", take 9 tiny tokens).
+ENV_OVERRIDES = {"tictactoe": ["model.max_new_tokens=10"]}
+
 
 def _run(tmp_path, *overrides):
     return train(load_config(make_cfg(*SMOKE, *overrides)), tmp_path)
@@ -41,7 +44,7 @@ def test_required_env_configs_exist():
 
 @pytest.mark.parametrize("env", options("env"))
 def test_smoke_per_env(tmp_path, env):
-    summary = _run(tmp_path, f"env={env}", "env.max_steps=4")
+    summary = _run(tmp_path, f"env={env}", "env.max_steps=4", *ENV_OVERRIDES.get(env, []))
     assert summary.iterations == 2 and summary.eval_episodes == 4
     rows = _rows(tmp_path)
     assert [r["phase"] for r in rows] == ["eval_initial", "train", "train", "eval_final", "summary"]
