@@ -414,7 +414,9 @@ class RolloutConfig:
         8, "rollouts per task, all reset with the task's seed (same start state)", num(1)
     )
     max_new_tokens: int = opt(
-        "${model.max_new_tokens}", "response token cap per step (longer: invalid action)", num(1)
+        "${model.max_new_tokens}",
+        "response token cap per step (longer: invalid action); left to the model preset, a method's own or the tool-call action format raises it to what the format needs and says so",
+        num(1),
     )
     temperature: float = opt(
         1.0, "sampling temperature (the learner's ratio uses the same)", POSITIVE
@@ -779,6 +781,11 @@ class TrainerConfig(LearnerConfig):
         "also checkpoint after the first iteration that ends N minutes or more after the last checkpoint (slow models keep their work; null: off)",
         optional(POSITIVE),
     )
+    signal_grace_s: float | None = opt(
+        20.0,
+        "after SIGINT/SIGTERM, how long the update in progress may still run: one that would outlast it is abandoned and the state before it saved, its iteration named (cluster schedulers kill 30-90 s after SIGTERM; this leaves time to save; null: finish it however long)",
+        optional(POSITIVE),
+    )
     keep_checkpoints: int = opt(2, "checkpoints kept (older ones are deleted)", num(1))
     resume: str | None = opt(
         None,
@@ -787,6 +794,11 @@ class TrainerConfig(LearnerConfig):
     )
     progress: bool = opt(
         True, "progress: a rich bar on a terminal, one line per iteration otherwise (a log file)"
+    )
+    progress_every_s: float = opt(
+        30.0,
+        "off a terminal, a line at most this often while an iteration runs, saying what it is doing (episodes, steps, tokens/s, update micro-batches)",
+        POSITIVE,
     )
     loggers: list[str] = opt(
         help="experiment trackers: tensorboard (<output_dir>/tb), wandb, mlflow ([]: none)",

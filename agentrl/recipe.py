@@ -28,8 +28,10 @@ one before credit, the learner is sharded with FSDP2, and rank 0 logs and writes
 every ``DP.``/``D.`` call below is a no-op.
 
 Reproducibility: every random choice of iteration ``i`` is seeded from ``(seed, i)`` (tasks,
-sampling, mini-batch order), so a resumed run continues exactly as the uninterrupted run would
-(same machine; another CPU's floating-point order changes the trajectory).
+sampling, mini-batch order), and with ``rollout.staleness >= 1`` a checkpoint keeps the policy
+versions its next batches sample with, so a resumed run continues exactly as the uninterrupted
+run would (same machine; another CPU's floating-point order changes the trajectory). Not with
+``rollout.partial_rollouts=true``, whose versions depend on the threads' timing in any run.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from .methods import TrainerHooks, build_runner, trainer_hooks
 from .models import LoraTargetError, apply_lora, load_model
 from .pool import EnvSpec, backend_options, make_pool
 from .pool.accounting import error_metrics, error_rate_stop
+from .rollout.activity import Activity
 from .rollout.runner import EpisodeRunner, chunk_seed, eval_seed
 from .training import data_parallel as DP
 from .training.checkpoint import (
@@ -65,7 +68,7 @@ from .training.checkpoint import (
     save_model,
 )
 from .training.engine_sync import adapter_rank, sync_engine
-from .training.interrupt import Interrupted, interrupts
+from .training.interrupt import Interrupted, interrupts, quit_on_signal, restore_point
 from .training.iteration import credit_options, features, held_out_resets, train_row
 from .training.producer import make_rollouts
 from .training.runlog import Progress, RunLog, Timer, write_interrupted, write_outputs
@@ -170,7 +173,7 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
         return report, report.metrics("eval")
 
     # -- resume -----------------------------------------------------------------------------------
-    history, initial, start = [], None, 0
+    history, initial, start, played_with = [], None, 0, None
     if t.resume:
         ck = find_checkpoint(t.resume)
         state = load_checkpoint(ck, iterations=t.iterations)  # within the run, or refused
@@ -180,6 +183,7 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
             list(state["history"]),
             state.get("initial_eval"),
         )
+        played_with = state.get("rollout_weights")  # staleness >= 1: the versions in flight
         if r.staleness == 0:  # the engine started from the base (a producer loads them itself)
             if p.engine_model is not None:  # torchrun: the engine's unsharded copy
                 learner.sync_to(p.engine_model)
@@ -192,14 +196,21 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
     settings = {"wandb": asdict(t.wandb), "mlflow": asdict(t.mlflow)}
     trackers = make_trackers(t.loggers, out, resolved, settings) if main else []
     log = RunLog(out, history, trackers) if main else DP.RankLog(history)
-    progress = Progress(t.progress, t.iterations, start) if main else DP.QuietProgress()
+    live = Activity()  # what an iteration is doing, for the progress line of a long one
+    progress = (
+        Progress(t.progress, t.iterations, start, activity=live, every=t.progress_every_s)
+        if main
+        else DP.QuietProgress()
+    )
+    runner.activity = live  # (before the producer copies the runner)
 
     saved: dict[int, Path] = {}  # the checkpoints this run wrote, by iteration
     last_save = [time.monotonic()]
 
     def checkpoint(n: int) -> Path:
         state = {"history": history, "initial_eval": initial,
-                 "config": OmegaConf.to_container(OmegaConf.structured(cfg))}  # fmt: skip
+                 "config": OmegaConf.to_container(OmegaConf.structured(cfg)),
+                 "rollout_weights": rollouts.rollout_state()}  # fmt: skip
         if dist.distributed:  # DCP: every rank writes its shards
             saved[n] = save_run_checkpoint(out, n, state, learner, keep=t.keep_checkpoints)
         else:
@@ -219,9 +230,12 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
     done = start  # iterations whose update reached the weights and the metrics
     rollouts = make_rollouts(cfg, p)  # k = 0: played in turn; k >= 1: a producer thread
     try:
-        # SIGINT/SIGTERM: abandon an iteration before its update, finish one during it
-        with interrupts(enabled=not dist.distributed) as signals:
+        # SIGINT/SIGTERM: abandon an iteration before its update, finish one during it (or
+        # abandon it too, when it would outlast trainer.signal_grace_s)
+        with interrupts(enabled=not dist.distributed, grace_s=t.signal_grace_s) as signals:
+            learner.on_micro_batch = lambda n, done: (live.micro_batch(n, done), signals.poll(done))
             if initial is None and t.eval_initial:
+                live.enter("eval")
                 with Timer() as tm:
                     report, em = evaluate("initial")
                 o = report.overall
@@ -238,8 +252,9 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
                 )
                 progress.note(f"initial greedy success {o.success_rate:.1%}")
             # -- the loop ------------------------------------------------------------------------
-            rollouts.start(start)
+            rollouts.start(start, played_with)
             for it in range(start, t.iterations):
+                live.start(it + 1)
                 with Timer() as t_roll:  # 1. rollout (+ dynamic sampling's extra groups)
                     eps, roll_metrics, stats = rollouts.take(it)  # k >= 1: the producer's
                 stats = DP.reduce_stats(stats)  # global counts: every rank decides to stop alike
@@ -250,6 +265,7 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
                 if why is not None:
                     raise TrainingStopped(f"iteration {it + 1}: {why}")
                 eps = [ep for ep in eps if ep.fault is None]  # env faults are left out of credit
+                live.enter("credit")
                 with Timer() as t_credit:  # 2. step batch (+ declared inputs)  3. credit
                     values, embeddings = features(
                         learner, model, eps, hooks.prompt_features, cfg.credit.embedding_layer
@@ -263,15 +279,18 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
                         res = credit.compute(batch, cfg.credit.name, **options)
                     except FloatingPointError as exc:
                         raise TrainingStopped(f"iteration {it}: {exc}") from exc
+                live.enter("update")
                 with signals.finishing():  # from here the iteration reaches the weights: finish it
                     with Timer() as t_upd:  # 4. token advantages + PPO epochs, then the engine
-                        try:  # value targets; the method's update inputs or token shaper
-                            kw, tok_metrics = update_inputs(cfg, learner, tok, eps, batch, seqs,
-                                                            res, hooks, prepared)  # fmt: skip
-                            upd = learner.update(seqs, res.advantages,
-                                                 seed=chunk_seed(cfg.seed, it, 3), **kw)  # fmt: skip
-                        except FloatingPointError as exc:  # NonFiniteError included
-                            raise TrainingStopped(f"iteration {it}: {exc}") from exc
+                        before = restore_point(learner) if signals.bounded else None
+                        with signals.abandonable(it + 1, before):  # past the grace: back to before
+                            try:  # value targets; the method's update inputs or token shaper
+                                kw, tok_metrics = update_inputs(cfg, learner, tok, eps, batch, seqs,
+                                                                res, hooks, prepared)  # fmt: skip
+                                upd = learner.update(seqs, res.advantages,
+                                                     seed=chunk_seed(cfg.seed, it, 3), **kw)  # fmt: skip
+                            except FloatingPointError as exc:  # NonFiniteError included
+                                raise TrainingStopped(f"iteration {it}: {exc}") from exc
                         synced = rollouts.publish(it + 1)  # version it + 1 (k >= 1: a copy)
                     errs = error_metrics(stats.env_errors, stats.env_restarts, stats.env_replayed)
                     row = train_row(it, DP.gather_episodes(eps), batch.group, stats, res,
@@ -282,6 +301,7 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
                     progress.update(it + 1, row)
                     done = it + 1
                 if t.eval_every and (it + 1) % t.eval_every == 0 and it + 1 < t.iterations:
+                    live.enter("eval")
                     with Timer() as tm, rollouts.paused():  # on the learner's current weights
                         _, em = evaluate(f"iter{it + 1}")
                     log(
@@ -298,7 +318,6 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
                     checkpoint(it + 1)
             # -- the end: last checkpoint, final model, final evaluation, summary ----------------
             rollouts.close()  # k >= 1: the producer stops; the engine holds the learner's weights
-            progress.close()
             n = t.iterations
             if n not in saved:
                 checkpoint(n)
@@ -306,8 +325,10 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
             if main:  # once, from the full weights (the engine's copy under torchrun)
                 final_dir = save_model(out, p.engine_model or model, tok)
             D.barrier()
+            live.enter("eval")
             with Timer() as tm:
                 report, em = evaluate("final")
+            progress.close()
             log({"iteration": n, "step": n, "phase": "eval_final", "time/eval_s": tm.wall, **em})
             summary = summarize_run(cfg, report, initial, history, final_dir)
             scalars = {
@@ -325,10 +346,13 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
         raise
     except Interrupted as exc:  # keep what was done: a checkpoint and its summary
         progress.close()
-        ck = saved.get(done) or checkpoint(done)
-        exc.line = write_interrupted(out, exc.name, done, t.iterations, ck, initial, history, log)
+        with quit_on_signal():  # a second signal while saving: quit without a traceback
+            ck = saved.get(done) or checkpoint(done)
+            exc.line = write_interrupted(out, exc.name, done, t.iterations, ck, initial, history,
+                                         log, lost=exc.lost)  # fmt: skip
         raise
     finally:
+        progress.close()  # a second signal (Quit) passes the handlers above
         rollouts.close()  # no producer thread outlives the run (errors, Ctrl-C)
         log.close()
         if owned:

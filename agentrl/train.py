@@ -10,8 +10,11 @@ prints the held-out success before and after. Examples::
 
 Exit codes: 0 done; 2 a bad config (one line per problem, naming the key; nothing was started);
 3 training stopped early (non-finite numbers; the last good checkpoint is kept); 130 / 143
-interrupted by SIGINT / SIGTERM (128 + the signal's number; a checkpoint of the iterations done
-and their summary are written: ``trainer.resume=<the printed checkpoint>`` continues exactly).
+interrupted by SIGINT / SIGTERM (128 + the signal's number; one line says at once what the run
+waits for; an update that would outlast ``trainer.signal_grace_s`` is abandoned; a second signal
+quits without saving; a checkpoint of the iterations done
+and their summary are written: ``trainer.resume=<the printed checkpoint>`` continues exactly,
+asynchronous rollouts included, except with ``rollout.partial_rollouts=true``).
 """
 
 from __future__ import annotations
@@ -22,13 +25,13 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from .config import ConfigError, load_config
+from .config import ConfigError, TrainConfig, load_config
 from .distributed import close_distributed, record
 from .overrides import unknown_group_option
 from .recipe import TrainingStopped, train
 from .training.checkpoint import CheckpointError
-from .training.interrupt import Interrupted
-from .training.preflight import preflight
+from .training.interrupt import Interrupted, Quit
+from .training.preflight import budget_is_preset, preflight
 
 _started: list[bool] = []  # set once Hydra has composed the config and called main()
 
@@ -40,8 +43,7 @@ def main(raw: DictConfig) -> None:
     _started.append(True)
     out = raw.get("output_dir") or HydraConfig.get().runtime.output_dir
     try:
-        cfg = load_config(raw)
-        preflight(cfg, out)
+        cfg = prepare(raw, out)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         sys.exit(2)
@@ -52,9 +54,24 @@ def main(raw: DictConfig) -> None:
     except Interrupted as exc:  # a checkpoint and the summary of what was done are written
         print(getattr(exc, "line", str(exc)), file=sys.stderr)
         sys.exit(exc.exit_code)
+    except Quit as exc:  # a second signal: at once, nothing more saved (the pool is closed)
+        print(f"training quit by a second {exc.name} without saving: the checkpoints written "
+              f"before it are kept in {Path(out) / 'checkpoints'}", file=sys.stderr)  # fmt: skip
+        sys.exit(exc.exit_code)
     except (CheckpointError, ConfigError) as exc:  # a checkpoint, LoRA targets, the vLLM engine
         print(exc, file=sys.stderr)
         sys.exit(2)
+
+
+def prepare(raw: DictConfig, out: str | None) -> TrainConfig:
+    """The typed config of a composed one, checked before any work (:func:`load_config`,
+    :func:`preflight`); a response budget left to the model preset is fitted to the run's
+    action format (a method's own, the tool-call format), and the line saying so printed.
+    Raises :class:`ConfigError`."""
+    cfg = load_config(raw)
+    for note in preflight(cfg, out, fit_budget=budget_is_preset(raw)):
+        print(note)
+    return cfg
 
 
 def cli() -> None:

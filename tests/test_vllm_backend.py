@@ -7,10 +7,12 @@ here with the ``tokenizers`` library, so nothing is downloaded.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import platform
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -30,6 +32,10 @@ from vllm_tiny import build_tiny_model, hf_logprobs  # noqa: E402
 from agentrl.backends.base import Backend, SamplingParams  # noqa: E402
 from agentrl.backends.trie import allowed_per_position  # noqa: E402
 from agentrl.backends.vllm_engine import VLLMBackend, VLLMConfig, config_problem  # noqa: E402
+from agentrl.backends.vllm_process import (  # noqa: E402
+    guard_llvmlite_for_kernel_scan,
+    quiet_kernel_scan,
+)
 from agentrl.backends.vllm_trie import leaf_only_tokens  # noqa: E402
 from agentrl.config import ConfigError  # noqa: E402
 from agentrl.learner.weights import policy_state_dict  # noqa: E402
@@ -52,10 +58,18 @@ def engine(tiny):
         np.random.get_state()[1].copy(),
         torch.get_num_threads(),
     )
-    backend = VLLMBackend(
-        model=str(tiny.path), dtype="float32", max_model_len=256, kv_cache_memory_bytes=KV_BYTES
-    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        backend = VLLMBackend(
+            model=str(tiny.path), dtype="float32", max_model_len=256, kv_cache_memory_bytes=KV_BYTES
+        )
     START_SIDE_EFFECTS.update(
+        deprecations=not [
+            w
+            for w in caught
+            if issubclass(w.category, FutureWarning | DeprecationWarning)
+            and "reduce_op" in str(w.message)
+        ],  # fmt: skip
         torch_rng=torch.equal(rng, torch.get_rng_state()),
         numpy_rng=bool((np_rng == np.random.get_state()[1]).all()),
         threads=threads == torch.get_num_threads(),
@@ -89,11 +103,27 @@ def test_is_a_backend(engine):
 
 
 def test_engine_start_leaves_the_process_alone(engine):
-    """vLLM's in-process start reseeds the global RNGs and patches torch.set_num_threads."""
-    assert (
-        dict.fromkeys(("torch_rng", "numpy_rng", "threads", "set_num_threads"), True)
-        == START_SIDE_EFFECTS
-    )
+    """vLLM's in-process start reseeds the global RNGs and patches torch.set_num_threads; its
+    scan of every module touched torch's deprecated reduce_op (two warnings every start)."""
+    keys = ("torch_rng", "numpy_rng", "threads", "set_num_threads", "deprecations")
+    assert dict.fromkeys(keys, True) == START_SIDE_EFFECTS
+
+
+def test_the_kernel_scan_prints_no_deprecation_warning():
+    import torch.distributed  # noqa: F401 - what holds the deprecated reduce_op
+    from vllm.triton_utils.dispatcher import _rebind_kernels
+
+    guard_llvmlite_for_kernel_scan()  # numba is loaded here (see its docstring)
+
+    def scan_warnings(guard) -> list[str]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")  # every warning shown, as a fresh process shows it
+            with guard():
+                _rebind_kernels([])  # vLLM's own scan of sys.modules, no kernel to rebind
+        return [str(w.message) for w in caught if "reduce_op" in str(w.message)]
+
+    assert scan_warnings(contextlib.nullcontext)  # the scan alone: torch warns
+    assert scan_warnings(quiet_kernel_scan) == []
 
 
 def test_generate_logprobs_match_transformers(engine, tiny):

@@ -69,6 +69,7 @@ from .vllm_process import (
     guard_llvmlite_for_kernel_scan,
     kept_process_state,
     on_cpu,
+    quiet_kernel_scan,
     scoped_env,
 )
 from .vllm_trie import ALLOWED_KEY, TrieLogitsProcessor, leaf_only_tokens, trie_prefix
@@ -424,6 +425,7 @@ class VLLMBackend:
                 kept_process_state(self._cpu),
                 engine_call_context(self._cpu),
                 scoped_env("VLLM_ENABLE_V1_MULTIPROCESSING", "0"),
+                quiet_kernel_scan(),
             ):
                 llm = LLM(**kwargs)
                 self._llm = llm

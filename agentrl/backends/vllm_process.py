@@ -17,6 +17,7 @@ import contextlib
 import os
 import random
 import sys
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,7 @@ __all__ = [
     "guard_llvmlite_for_kernel_scan",
     "kept_process_state",
     "on_cpu",
+    "quiet_kernel_scan",
     "scoped_env",
 ]
 
@@ -87,6 +89,25 @@ def guard_llvmlite_for_kernel_scan() -> None:
     fntab = getattr(getattr(ffi, "lib", None), "_fntab", None)
     if isinstance(fntab, dict):
         fntab.setdefault("__dict__", {})
+
+
+@contextlib.contextmanager
+def quiet_kernel_scan() -> Iterator[None]:
+    """Keep vLLM's start-up scan of ``sys.modules`` from printing torch's deprecation warning.
+
+    The scan (vLLM 0.32 ``_rebind_kernels``, see :func:`guard_llvmlite_for_kernel_scan`) calls
+    ``hasattr(value, "__dict__")`` and ``vars(value)`` on every attribute of every loaded module,
+    ``torch.distributed.reduce_op`` included: that object warns on any attribute access, so every
+    in-process engine start printed two ``FutureWarning: torch.distributed.reduce_op is
+    deprecated`` lines that no code of the run had caused. Only that message, only during the
+    start, is ignored."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore",
+            message=r"`torch\.distributed\.reduce_op` is deprecated",
+            category=FutureWarning,
+        )
+        yield
 
 
 @dataclass

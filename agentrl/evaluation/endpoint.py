@@ -34,8 +34,10 @@ and the next observation goes back as a ``role: tool`` message with that call's
 (unknown tool, arguments that are not JSON or do not fit the schema) is an invalid step: the env
 gets an empty action and the next observation comes as a ``user`` message that says what was
 wrong. The server must parse the model's calls (vLLM: ``--enable-auto-tool-choice
---tool-call-parser hermes``; ``python -m agentrl.serve`` adds them for tool-call runs). Envs
-without tools play as text.
+--tool-call-parser hermes``, or ``llama3_json`` with ``agent.tool_syntax=llama3_json``;
+``python -m agentrl.serve`` adds them for tool-call runs). The reply is judged by the
+in-process rules wherever it shows what they judge (:func:`read_native`); what the server's
+parser drops is listed in docs/envs/contract.md. Envs without tools play as text.
 
 Reproducibility: ``temperature`` defaults to 0 and every request carries a ``seed`` derived from
 the episode's agent seed and the step index, which vLLM honours for sampled decoding.
@@ -56,12 +58,13 @@ from ..backends.remote import CompletionsBackend, EndpointError, quiet_http_logs
 from ..episodes import Episode
 from ..pool import EnvPool
 from ..rollout import ActionFormat, PromptBuilder, PromptConfig
+from ..rollout.parse import ParsedAction
 from ..rollout.tools import ToolCallFormat, render_call
 from .model_agent import ModelAgent, _seed, resolve_model_settings
 from .runner import Action
 from .tasks import derive_seed
 
-__all__ = ["EndpointAgent", "EndpointError", "served_run_agent"]
+__all__ = ["EndpointAgent", "EndpointError", "read_native", "served_run_agent"]
 
 Messages = list[dict[str, Any]]
 _PLACEHOLDER = re.compile(r"<[^<>]*>")
@@ -115,6 +118,36 @@ def native_messages(messages: Messages, calls: Sequence[_Call]) -> Messages:
             pending = None
         out.append(m)
     return out
+
+
+def read_native(
+    fmt: ToolCallFormat, content: str | None, calls: Sequence[tuple[Any, Any]]
+) -> ParsedAction:
+    """The env action of a native reply, or why there is none: ``content`` is the reply's text
+    and ``calls`` its ``tool_calls`` as ``(name, arguments)`` (the server's tool parser split
+    them). The rules are the in-process parser's (:meth:`ToolCallFormat.parse`) wherever the
+    reply shows what it judges: no call (the text's own reason, the in-process one), several
+    calls, text before the call, arguments and their schema. What the server's parser drops
+    (text after a call, an unclosed tag, keys beside the name and the arguments) never reaches
+    this function: docs/envs/contract.md lists those cases."""
+    text = content or ""
+    if not calls:
+        in_text = fmt.parse(text)
+        if in_text.action is None:
+            return in_text  # the in-process reason: the server found no call, nor would we
+        return ParsedAction(
+            None,
+            "the reply's text holds a well-formed tool call but the server returned no "
+            "tool_calls: it parses none (vLLM: --enable-auto-tool-choice --tool-call-parser "
+            f"{fmt.syntax})",
+        )
+    if len(calls) > 1:
+        return ParsedAction(None, f"{len(calls)} tool calls; one is allowed per turn")
+    beside = fmt.beside_call(text)
+    if beside:
+        return ParsedAction(None, beside)
+    name, arguments = calls[0]
+    return fmt.parse_call(name, arguments if arguments is not None else {})
 
 
 #: ``agent=endpoint`` keys and the ``agent=model`` settings they are (the run's, by default).
@@ -321,37 +354,29 @@ class EndpointAgent:
         tool_calls = list(getattr(message, "tool_calls", None) or []) if message else []
         call = _Call(content=content)
         step = len(ep.memory)
-        if message is None:
-            call.reason = "the server returned no reply"
-        elif not tool_calls:
-            # the trainer's reason for this text (its prompt note), so both play alike; a text
-            # that holds a well-formed call means the server parses no calls
-            in_text = fmt.parse(content)
-            call.reason = (
-                "the reply's text holds a tool call but no tool_calls (does the server parse "
-                "tool calls? vLLM: --enable-auto-tool-choice --tool-call-parser)"
-                if in_text.action is not None
-                else in_text.reason
-            )
-        elif len(tool_calls) > 1:
-            call.reason = f"{len(tool_calls)} tool calls; one is allowed per turn"
-        elif fmt.beside_call(content):
-            call.reason = fmt.beside_call(content)
-        else:
+        pairs = [
+            (getattr(fn, "name", ""), getattr(fn, "arguments", None))
+            for fn in (getattr(c, "function", None) for c in tool_calls)
+        ]
+        parsed = (
+            ParsedAction(None, "the server returned no reply")
+            if message is None
+            else read_native(fmt, content, pairs)
+        )
+        call.reason = parsed.reason
+        if len(tool_calls) == 1 and message is not None:
             fn = getattr(tool_calls[0], "function", None)
             call.name = str(getattr(fn, "name", "") or "")
             raw = getattr(fn, "arguments", None)
             call.arguments = raw if isinstance(raw, str) else json.dumps(raw or {})
             call.call_id = str(getattr(tool_calls[0], "id", "") or f"call_{step}")
-            parsed = fmt.parse_call(call.name, call.arguments)
-            call.reason = parsed.reason
             if parsed.action is not None:
                 ep.memory.append(call)
                 try:
                     args = json.loads(call.arguments)
                 except ValueError:
                     args = {}
-                response = render_call("hermes", call.name, args)
+                response = render_call(fmt.syntax, call.name, args)
                 return Action(parsed.action, (content + response) if content else response, True)
         ep.memory.append(call)
         shown = [f"{c.function.name}({c.function.arguments})" for c in tool_calls if c.function]
@@ -418,11 +443,12 @@ class EndpointAgent:
 
         settings = _set(c.get("action_format") or {})
         tool_fmt = ToolCallFormat(
+            syntax=str(c.get("tool_syntax") or "hermes"),
             **{
                 k: settings[k]
                 for k in ("think", "require_think", "max_action_chars")
                 if k in settings
-            }
+            },
         )
 
         for key in ("base_url", "model"):

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -124,6 +124,10 @@ class Learner(ScoringPasses):
             )
         self.optimizer = build_optimizer(cfg, groups)
         self.updates = 0
+        #: called after each micro-batch of an update with the micro-batches done so far and
+        #: the share of the update done (a progress line; a signal's deadline may raise there)
+        self.on_micro_batch: Callable[[int, float], None] | None = None
+        self._progress = (0, 1, 0)  # this update: mini-batches done, their total, micro-batches
 
     def lr_factor(self) -> float:
         """The schedule's multiplier for the next update (1 with the default constant schedule)."""
@@ -213,11 +217,15 @@ class Learner(ScoringPasses):
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
         tokens: dict[str, float] = {}  # token sums of the diagnostics, over the whole update
+        total = cfg.epochs * max(1, -(-layout.n // cfg.minibatch_size))
+        self._progress = (0, total, 0)
         for _epoch in range(cfg.epochs):
             perm = rng.permutation(layout.n)
             for start in range(0, layout.n, cfg.minibatch_size):
                 mb = perm[start : start + cfg.minibatch_size]
                 stats, tok = self._minibatch_step(seqs, mb, layout, inp)
+                done, _, micro = self._progress
+                self._progress = (done + 1, total, micro)
                 for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + v
                     counts[k] = counts.get(k, 0) + 1
@@ -294,6 +302,10 @@ class Learner(ScoringPasses):
             loss.backward()
             if j >= real:
                 continue
+            if self.on_micro_batch is not None:
+                done, total, micro = self._progress
+                self._progress = (done, total, micro + 1)
+                self.on_micro_batch(micro + 1, (done + (j + 1) / real) / total)
             for k, val in [*terms.items(), *((f"tok/{k}", v) for k, v in tok.items())]:
                 acc[k] = acc.get(k, 0.0) + float(val)
         total, problems = self._gather(acc, bad)

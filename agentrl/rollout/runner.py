@@ -18,6 +18,7 @@ import numpy as np
 
 from ..backends.base import Backend, SamplingParams
 from ..pool import EnvPool
+from .activity import Activity, MeteredBackend
 from .loop import EpisodeResult, ResetSpec, RolloutStats, run_episodes
 from .parse import ActionFormat
 from .prompt import PromptBuilder
@@ -72,6 +73,8 @@ class EpisodeRunner:
     ):
         self.pool, self.backend, self.builder, self.fmt = pool, backend, builder, fmt
         self.tokenizer, self.settings = tokenizer, settings
+        #: live counts of what :meth:`play` generates and finishes (the progress line)
+        self.activity: Activity | None = None
 
     def sampling(self, temperature: float, seed: int | None) -> SamplingParams:
         """The sampling parameters of one chunk (stop at the tokenizer's end-of-sequence)."""
@@ -108,10 +111,15 @@ class EpisodeRunner:
         size = len(self.pool)
         episodes: list[EpisodeResult] = []
         n = len(resets) if resets or step_sync is None else 1  # the empty chunk of a lockstep
+        backend, live = self.backend, self.activity
+        if live is not None:  # count responses, tokens and finished episodes as they come
+            backend = MeteredBackend(backend, live)
+            told = on_episode
+            on_episode = lambda k, ep: (live.episode_done(), told and told(k, ep))  # noqa: E731
         for start in range(0, n, size):
             chunk = run_episodes(
                 self.pool,
-                self.backend,
+                backend,
                 self.builder,
                 self.fmt,
                 resets[start : start + size],

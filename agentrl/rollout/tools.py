@@ -13,12 +13,17 @@ A response is read in the template's syntax (:data:`SYNTAXES`):
 
 Exactly one call per response (an env step takes one action), optionally after a ``<think>``
 block (``think``). Anything else is an invalid step whose reason says what was wrong (no call,
-unclosed or nested tags, bad JSON, text around the call, several calls, an unknown tool, missing
-or extra arguments, a wrong type or value); the next prompt repeats that reason after the
-observation (:meth:`ToolCallFormat.prompt_note`). Nothing raises. A valid call becomes the env's
-text command (:func:`agentrl.envs.tools.call_to_action`), so the env, the credit module and the
-step batch see the same actions as under the tag format; the reverse mapping renders the
-admissible actions as calls for constrained decoding (:meth:`ToolCallFormat.renders`).
+unclosed or nested tags, bad JSON, text around the call, several calls, a key other than the
+name and the arguments, arguments given as a JSON-encoded string or under the other syntax's
+key, an unknown tool, missing or extra arguments, a wrong type or value); the next prompt
+repeats that reason after the observation (:meth:`ToolCallFormat.prompt_note`). Nothing raises.
+Every rule, and how each compares with vLLM's own ``hermes`` and ``llama3_json`` parsers (the
+served path, ``agent=endpoint agent.native_tools=true``), is listed in docs/envs/contract.md
+("What a tool call must look like"); ``scripts/tool_call_corpus.py`` measures the agreement. A
+valid call becomes the env's text command (:func:`agentrl.envs.tools.call_to_action`), so the
+env, the credit module and the step batch see the same actions as under the tag format; the
+reverse mapping renders the admissible actions as calls for constrained decoding
+(:meth:`ToolCallFormat.renders`).
 
 Differences from native tool calling of an OpenAI-style server: the call is read from the
 sampled text (the engine runs no tool parser), and a response with several calls is invalid
@@ -51,7 +56,6 @@ SYNTAXES = ("hermes", "llama3_json")
 HINT = "Call exactly one of the tools per turn."
 
 _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
-_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", FLAGS)
 _THINK = re.compile(r"<think>.*?</think>", FLAGS)
 _PYTHON_TAG = "<|python_tag|>"
 
@@ -93,24 +97,43 @@ def _json(body: str, finish_reason: str) -> tuple[Any, int] | str:
         return "bad JSON in the tool call: nested too deeply"
 
 
-def _call_of(obj: Any, args_key: str) -> tuple[str, Any] | str:
-    """``(name, arguments)`` of a decoded call object, or why it is not one."""
+#: The keys a call object holds, per syntax: the name and its arguments' key(s). Hermes writes
+#: ``arguments`` only (vLLM's ``hermes`` parser finds no call under another key); Llama 3.1's
+#: JSON calls write ``parameters``, and vLLM's ``llama3_json`` parser takes ``arguments`` too.
+_ARGS_KEYS = {"hermes": ("arguments",), "llama3_json": ("parameters", "arguments")}
+
+
+def _call_of(obj: Any, syntax: str) -> tuple[str, Any] | str:
+    """``(name, arguments)`` of a decoded call object, or why it is not one (the rules of
+    docs/envs/contract.md, "What a tool call must look like")."""
     if not isinstance(obj, dict):
         return f"the tool call must be a JSON object, got {type(obj).__name__}"
-    other = "parameters" if args_key == "arguments" else "arguments"
-    key = args_key if args_key in obj or other not in obj else other
+    keys = _ARGS_KEYS[syntax]
+    present = [k for k in keys if k in obj]
+    if len(present) > 1:
+        return f"the tool call has both {' and '.join(map(json.dumps, present))}; write one"
+    key = present[0] if present else keys[0]
     extra = sorted(set(obj) - {"name", key})
+    if "parameters" in extra and syntax == "hermes" and not present:
+        return 'the tool call names its arguments "parameters"; this syntax writes "arguments"'
     if extra:
         return f"the tool call has unexpected key(s) {', '.join(k[:20] for k in extra)}"
     if "name" not in obj:
         return "the tool call has no name"
-    args = obj.get(key, {})
-    if isinstance(args, str):  # OpenAI-style arguments: a JSON string
-        try:
-            args = json.loads(args)
-        except (ValueError, RecursionError):
-            return "the tool call's arguments string is not JSON"
+    if key not in obj:
+        return (
+            f'the tool call has no "{key}" (a call of a tool without arguments writes '
+            f'"{key}": {{}})'
+        )
+    args = obj[key]
+    if isinstance(args, str):
+        return _encoded(key)
     return obj["name"], args
+
+
+def _encoded(key: str) -> str:
+    """The reason of arguments given as a JSON-encoded string (``"{\\"q\\": ...}"``)."""
+    return f'the tool call\'s "{key}" is a JSON-encoded string; write the object itself ("{key}": {{...}})'
 
 
 @dataclass(frozen=True)
@@ -187,7 +210,9 @@ class ToolCallFormat(ActionFormat):
     def parse_call(self, name: Any, arguments: Any) -> ParsedAction:
         """The env action of one call already split into ``name`` and ``arguments`` (a mapping,
         or OpenAI's JSON string), e.g. an endpoint's native ``tool_calls``: checked against the
-        declared tools and mapped to the env's command as :meth:`parse` does."""
+        declared tools and mapped to the env's command as :meth:`parse` does. A JSON string that
+        decodes to a string is what a server's parser makes of arguments the model wrote as a
+        JSON-encoded string: refused, as :meth:`parse` refuses them."""
         if not self.tools:
             return ParsedAction(None, "the env declares no tools (info['tools'])")
         if isinstance(arguments, str):
@@ -195,6 +220,8 @@ class ToolCallFormat(ActionFormat):
                 arguments = json.loads(arguments) if arguments.strip() else {}
             except (ValueError, RecursionError):
                 return ParsedAction(None, "the tool call's arguments string is not JSON")
+            if isinstance(arguments, str):  # the model wrote a string where the object goes
+                return ParsedAction(None, _encoded(_ARGS_KEYS[self.syntax][0]))
         problem = call_problem(self.tools, name, arguments)
         if problem:
             return ParsedAction(None, problem)
@@ -206,31 +233,41 @@ class ToolCallFormat(ActionFormat):
         return ParsedAction(action)
 
     def _hermes(self, text: str, finish_reason: str) -> tuple[str, Any] | str:
-        opens, closes = text.count(_OPEN), text.count(_CLOSE)
-        if opens == 0:
+        """The call of a Hermes response. A call runs from the first ``<tool_call>`` to the
+        first ``</tool_call>`` after it, as vLLM's ``hermes`` parser reads it: its body is one
+        JSON object (``<tool_call>`` inside one of its strings is text; ``</tool_call>`` there
+        ends the call early)."""
+        start = text.find(_OPEN)
+        if start < 0:
             if finish_reason != "stop":
                 return "no <tool_call> before the token limit"
-            return "no <tool_call> block" if closes == 0 else "</tool_call> without <tool_call>"
-        blocks = _BLOCK.findall(text)
-        if any(_OPEN in b for b in blocks):
-            return "nested <tool_call> tags"
-        if opens != closes or not blocks:
+            return (
+                "no <tool_call> block" if _CLOSE not in text else "</tool_call> without <tool_call>"
+            )
+        end = text.find(_CLOSE, start)
+        if end < 0:
             if finish_reason != "stop":
                 return "the tool call was cut at the token limit"
-            return "unclosed <tool_call>" if opens > closes else "</tool_call> without <tool_call>"
-        if len(blocks) > 1:
-            return f"{len(blocks)} tool calls; one is allowed per turn"
-        outside = _BLOCK.sub("", text).strip()
-        if outside:
-            return f"text around the tool call: {outside[:40]!r}"
-        body = blocks[0].strip()
+            return "unclosed <tool_call>"
+        body = text[start + len(_OPEN) : end].strip()
+        before, after = text[:start], text[end + len(_CLOSE) :]
+        if body.startswith(_OPEN):
+            return "nested <tool_call> tags"
         decoded = _json(body, "stop")
         if isinstance(decoded, str):
+            close, opens = after.find(_CLOSE), after.find(_OPEN)
+            if close >= 0 and (opens < 0 or close < opens):
+                return "</tool_call> inside the tool call (a call ends at its first </tool_call>)"
             return decoded
-        obj, end = decoded
-        if body[end:].strip():
+        if _OPEN in after:
+            return f"{1 + after.count(_OPEN)} tool calls; one is allowed per turn"
+        outside = (before.strip() + " " + after.strip()).strip()
+        if outside:
+            return f"text around the tool call: {outside[:40]!r}"
+        obj, at = decoded
+        if body[at:].strip():
             return "text after the JSON object inside <tool_call>"
-        return _call_of(obj, "arguments")
+        return _call_of(obj, "hermes")
 
     def _llama(self, text: str, finish_reason: str) -> tuple[str, Any] | str:
         body = text.strip()
@@ -249,7 +286,7 @@ class ToolCallFormat(ActionFormat):
             if rest.lstrip(";, \n").startswith("{"):
                 return "several tool calls; one is allowed per turn"
             return f"text around the tool call: {rest[:40]!r}"
-        return _call_of(obj, "parameters")
+        return _call_of(obj, "llama3_json")
 
     # -- writing a call (constrained decoding, the expert's responses) -----------------------------
     def renders(self, action: str, memory: Any = None) -> list[str]:

@@ -26,7 +26,8 @@ __all__ = ["CheckpointError", "find_checkpoint", "load_checkpoint", "save_checkp
 
 _COMPLETE = re.compile(r"iter_\d{6}")
 _KEYS = ("iteration", "learner", "history")
-_OPTIONAL = ("initial_eval", "config")  # the recipe writes them; tests and old runs may not
+# the recipe writes them; tests and old runs may not (rollout_weights: staleness >= 1 only)
+_OPTIONAL = ("initial_eval", "config", "rollout_weights")
 
 
 class CheckpointError(ValueError):
@@ -127,6 +128,13 @@ def structure_problem(state: dict[str, Any], iterations: int | None = None) -> s
     for key in _OPTIONAL:
         if state.get(key) is not None and not isinstance(state[key], dict):
             return f"{key} is of type {type(state[key]).__name__}, not a mapping"
+    for version, weights in (state.get("rollout_weights") or {}).items():
+        if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version < it:
+            return f"rollout_weights has version {version!r}, not one of 0..{it - 1}"
+        if not isinstance(weights, dict) or not all(
+            isinstance(k, str) and isinstance(t, torch.Tensor) for k, t in weights.items()
+        ):
+            return f"rollout_weights[{version}] is not a mapping of parameter names to tensors"
     if not isinstance(state["learner"], dict):
         return f"learner is of type {type(state['learner']).__name__}, not a learner state"
     return None

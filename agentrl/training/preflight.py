@@ -13,33 +13,159 @@ import re
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
 
 from .. import credit, envs
 from ..config import ConfigError, TrainConfig
 from ..credit import token_shapers
 from ..credit.synthetic import random_batch
 from ..envs import contract
-from ..envs.tools import tools_problem
-from ..methods import action_format, format_hook, trainer_hooks
+from ..envs.tools import tool, tools_problem
+from ..methods import DEFAULT_FORMAT, action_format, format_hook, trainer_hooks
+from ..methods.registry import TOOL_FORMAT, resolve_tool_syntax
 from ..models import resolve_model_path
 from ..pool import EnvPool, EnvSpec, backend_options
-from ..rollout import action_token_counter
+from ..rollout import ActionFormat, action_token_counter
 from .checkpoint import CheckpointError, find_checkpoint
 from .iteration import credit_options
 
-__all__ = ["BUILTIN_MODELS", "preflight", "response_budget_problem"]
+__all__ = [
+    "BUILTIN_MODELS",
+    "budget_is_preset",
+    "fit_response_budget",
+    "preflight",
+    "response_budget_problem",
+]
 
 BUILTIN_MODELS = ("tiny", "smollm2-135m", "smollm2-135m-instruct")
 
 
-def preflight(cfg: TrainConfig, out: str | Path | None) -> None:
-    """Raise :class:`ConfigError` listing every problem found (each naming its key)."""
+def preflight(cfg: TrainConfig, out: str | Path | None, fit_budget: bool = False) -> list[str]:
+    """Raise :class:`ConfigError` listing every problem found (each naming its key).
+
+    ``fit_budget``: ``rollout.max_new_tokens`` is the model preset's (:func:`budget_is_preset`),
+    so a run whose action format is not the tag format gets the budget that format needs
+    (:func:`fit_response_budget`, which sets it in ``cfg``). Returns the lines to print (what
+    was set and why)."""
     problems = _credit(cfg) + _groups(cfg) + _env(cfg) + _servers(cfg) + _model(cfg)
     problems += _resume(cfg) + _device(cfg) + _out(out)
+    notes = []
     if not problems:  # the tokenizer loads only for an otherwise sound config
+        problems = _tool_template(cfg)
+    if not problems and fit_budget:
+        note = fit_response_budget(cfg)
+        notes += [note] if note else []
+    if not problems:
         problems = _budget(cfg)
     if problems:
         raise ConfigError("invalid config: " + "; ".join(problems))
+    return notes
+
+
+#: ``rollout.max_new_tokens`` as the config schema and every preset write it: the model's.
+PRESET_BUDGET = "${model.max_new_tokens}"
+
+
+def budget_is_preset(raw: Any) -> bool:
+    """Whether a composed (unresolved) config leaves ``rollout.max_new_tokens`` to the model
+    preset (no override, no experiment preset setting it)."""
+    rollout = raw.get("rollout") if hasattr(raw, "get") else None
+    if rollout is None:
+        return True
+    if isinstance(rollout, DictConfig):
+        rollout = OmegaConf.to_container(rollout, resolve=False)
+    value = rollout.get("max_new_tokens", PRESET_BUDGET) if isinstance(rollout, dict) else None
+    return value == PRESET_BUDGET
+
+
+def fit_response_budget(cfg: TrainConfig) -> str | None:
+    """Give a run whose action format is not the tag format (a credit module's own, such as
+    HiPER's; ``rollout.action_format=tool_call``) the response budget that format needs: the
+    model preset's budget (``model.max_new_tokens``, sized for the tag format) plus the most
+    tokens the format adds to an action of this env, and at least its longest action, counted
+    with the run's tokenizer on the actions met from ``reset(seed=0)`` along the expert's path.
+    Only a budget too small for the format's longest action is raised (a preset that sizes its
+    budget for the format, e.g. 512 tokens of thought and call, keeps it). Sets
+    ``cfg.rollout.max_new_tokens`` and returns the line saying so; ``None`` when nothing changes
+    (the tag format, a budget that fits, a format that cannot be built here, no action to
+    measure)."""
+    r, e, m = cfg.rollout, cfg.env, cfg.model
+    name, _hook = format_hook(cfg.credit.name, r.action_format)
+    if name == DEFAULT_FORMAT:
+        return None
+    tok = _tokenizer(cfg)
+    try:
+        info, actions = _probe(e.id, dict(e.kwargs), e.max_steps, e.num_workers > 0, e.step_timeout)
+        fmt = action_format(cfg, tok).bind(info)
+    except Exception:  # noqa: BLE001 - the checks that follow name what is wrong
+        return None
+    tag = ActionFormat(**asdict(r.action))
+    count_fmt, count_tag = action_token_counter(tok, fmt), action_token_counter(tok, tag)
+    counts = {}
+    for a in actions:
+        try:
+            counts[a] = (count_fmt(a), count_tag(a))
+        except ValueError:  # an action the format cannot write (no tool writes it)
+            continue
+    if not counts:
+        return None
+    longest = max(counts, key=lambda a: counts[a][0])
+    if r.max_new_tokens >= counts[longest][0]:  # a budget that writes every action is meant
+        return None
+    extra = max(f - t for f, t in counts.values())
+    needed = max(m.max_new_tokens + extra, counts[longest][0])
+    r.max_new_tokens = needed
+    return (
+        f"rollout.max_new_tokens={needed}: the {name} action format writes up to {extra} tokens "
+        f"more than the tag format on {e.id} (its longest action, {longest[:40]!r}, takes "
+        f"{counts[longest][0]}), on top of model.max_new_tokens={m.max_new_tokens} "
+        "(set rollout.max_new_tokens to choose another budget)"
+    )
+
+
+_PROBE_TOOL = [tool("probe_tool_rendering", "A tool the template must show.", text="any text")]
+
+
+def _tool_template(cfg: TrainConfig) -> list[str]:
+    """The tool-call format needs a chat template that renders the tools (else the model never
+    sees them) and, with ``rollout.tool_syntax=auto``, one that shows its call syntax."""
+    name, _hook = format_hook(cfg.credit.name, cfg.rollout.action_format)
+    if name != TOOL_FORMAT:
+        return []
+    tok, model = _tokenizer(cfg), cfg.model.name
+    msgs = [{"role": "user", "content": "hello"}]
+    try:
+        plain = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+        with_tools = tok.apply_chat_template(
+            msgs, tools=_PROBE_TOOL, add_generation_prompt=True, tokenize=False
+        )
+    except Exception as exc:  # noqa: BLE001 - a template that cannot render is the finding
+        return [f"rollout.action_format=tool_call: the chat template of model {model} cannot "
+                f"render tools ({_line(exc)}); use rollout.action_format=tag"]  # fmt: skip
+    if with_tools == plain or "probe_tool_rendering" not in with_tools:
+        return [
+            f"rollout.action_format=tool_call: the chat template of model {model} renders no "
+            "tools (apply_chat_template ignores tools=...), so the model would never see the "
+            "env's tools; use a model whose template renders them (model=tiny, Qwen2.5, Qwen3, "
+            "Llama 3.1) or rollout.action_format=tag"
+        ]
+    if resolve_tool_syntax(cfg.rollout.tool_syntax, tok.chat_template) is None:
+        return [
+            f"rollout.tool_syntax=auto: the chat template of model {model} renders tools but "
+            "shows neither <tool_call> nor Llama 3.1's JSON calls; set rollout.tool_syntax to "
+            "hermes or llama3_json"
+        ]
+    return []
+
+
+def _tokenizer(cfg: TrainConfig) -> Any:
+    from transformers import AutoTokenizer
+
+    m = cfg.model
+    tiny = asdict(m.tiny) if m.tiny is not None and m.name == "tiny" else None
+    return AutoTokenizer.from_pretrained(resolve_model_path(m.name, tiny))
 
 
 def _credit(cfg: TrainConfig) -> list[str]:
@@ -119,14 +245,10 @@ def _budget(cfg: TrainConfig) -> list[str]:
     be written (:func:`response_budget_problem`, with the run's tokenizer)."""
     if not cfg.rollout.constrained:
         return []
-    from transformers import AutoTokenizer
-
-    m = cfg.model
-    tiny = asdict(m.tiny) if m.tiny is not None and m.name == "tiny" else None
-    tok = AutoTokenizer.from_pretrained(resolve_model_path(m.name, tiny))
+    tok = _tokenizer(cfg)
     e = cfg.env
     problem = response_budget_problem(
-        e.id, dict(e.kwargs), e.max_steps, cfg, tok, m.name, isolate=e.num_workers > 0,
+        e.id, dict(e.kwargs), e.max_steps, cfg, tok, cfg.model.name, isolate=e.num_workers > 0,
         step_timeout=e.step_timeout,
     )  # fmt: skip
     return [problem] if problem else []
@@ -155,18 +277,7 @@ def response_budget_problem(
     r = cfg.rollout
     if not r.constrained:
         return None
-    if isolate:
-        with EnvPool([EnvSpec(env_id, kwargs)], num_workers=1, step_timeout=step_timeout) as pool:
-            env = _PoolEnv(pool)
-            info = env.reset(seed=0)[1]
-            actions = contract.actions_seen(env, seeds=(0,), max_steps=max_steps)
-    else:
-        env = envs.make(env_id, **kwargs)
-        try:
-            info = env.reset(seed=0)[1]
-            actions = contract.actions_seen(env, seeds=(0,), max_steps=max_steps)
-        finally:
-            env.close()
+    info, actions = _probe(env_id, kwargs, max_steps, isolate, step_timeout)
     if not actions:
         return None  # an open action space: nothing to constrain
     # the runner's action format (tag or tool call), bound to the env's tools as an episode is
@@ -179,6 +290,24 @@ def response_budget_problem(
         f"{failure} (constrained decoding on {env_id}: a longer admissible action can never be "
         f"written; check every action with python -m agentrl.check_env {env_id} --model {model})"
     )
+
+
+def _probe(
+    env_id: str, kwargs: dict, max_steps: int, isolate: bool, step_timeout: float | None
+) -> tuple[dict, list[str]]:
+    """The reset info of ``reset(seed=0)`` and the actions met from there along the expert's
+    path (``contract.actions_seen``); with ``isolate`` in one worker of a process pool."""
+    if isolate:
+        with EnvPool([EnvSpec(env_id, kwargs)], num_workers=1, step_timeout=step_timeout) as pool:
+            env = _PoolEnv(pool)
+            info = env.reset(seed=0)[1]
+            return info, contract.actions_seen(env, seeds=(0,), max_steps=max_steps)
+    env = envs.make(env_id, **kwargs)
+    try:
+        info = env.reset(seed=0)[1]
+        return info, contract.actions_seen(env, seeds=(0,), max_steps=max_steps)
+    finally:
+        env.close()
 
 
 class _PoolEnv:

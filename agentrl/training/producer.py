@@ -12,7 +12,9 @@
   once the learner has published version ``b - k`` (a version counts learner updates, so the
   learner at iteration ``b`` holds version ``b``). The learner takes a group only if its oldest
   token is at most ``k`` versions old and counts what it drops: with this gate none is, the
-  filter keeps the bound whatever the timing. This is AReaL's bound (Fu et al. 2025, "AReaL: A
+  filter keeps the bound whatever the timing. A dropped group is replaced by the next one
+  played, so a drop leaves the run's last iteration one group short (``async/short_groups``):
+  it trains on what is left rather than wait for a batch that never comes. This is AReaL's bound (Fu et al. 2025, "AReaL: A
   Large-Scale Asynchronous Reinforcement Learning System for Language Reasoning",
   ``max_head_offpolicyness``: rollouts are submitted only while at most ``k`` batches ahead of
   the trainer's version); AReaL counts samples, we count whole iterations' batches.
@@ -22,7 +24,7 @@ FSDP) into a snapshot and returns; the producer thread loads a snapshot between 
 the learner never waits for the engine and the engine never samples half-updated weights.
 
 Partial rollouts (``rollout.partial_rollouts``): ``false`` (default) samples all of batch ``b``
-with exactly version ``max(b - k, start)``: every token is exactly ``k`` versions old, the run is
+with exactly version ``max(b - k, 0)``: every token is exactly ``k`` versions old, the run is
 the same whatever the threads' timing (reproducible, like the synchronous loop), and with the
 learner and the engine equally fast the overlap is full anyway (batch ``b + 1`` needs version
 ``b + 1 - k``, published before update ``b`` starts). ``true`` starts batch ``b`` from the newest
@@ -47,9 +49,13 @@ producer each get one core).
 
 Evaluation pauses the producer at its next batch boundary (:meth:`Producer.paused`), loads the
 learner's current weights into the engine and plays on the main thread. Checkpoints hold no
-in-flight groups: a resumed run regenerates them from ``(seed, iteration)``, sampled with the
-checkpoint's weights (its first ``k`` batches at version ``start``), the same every time it
-resumes.
+in-flight groups: a resumed run regenerates them from ``(seed, iteration)``. Without partial
+rollouts a checkpoint at version ``n`` also holds versions ``n - k .. n - 1`` of the trainable
+tensors (:meth:`Producer.rollout_state`; with LoRA a few MB, with full fine-tuning ``k`` copies
+of the model), so the resumed run samples its first ``k`` batches with the versions the
+uninterrupted run used and continues exactly as it would. With partial rollouts the versions
+depend on the threads' timing, in a resumed run as in any other: its first batches start from
+the checkpoint's weights.
 """
 
 from __future__ import annotations
@@ -108,8 +114,12 @@ class SyncRollouts:
             model,
         )
 
-    def start(self, it: int) -> None:
+    def start(self, it: int, history: dict[int, dict] | None = None) -> None:
         """Nothing runs ahead."""
+
+    def rollout_state(self) -> dict[int, dict]:
+        """Nothing to keep: iteration ``it`` samples with version ``it``."""
+        return {}
 
     def take(self, it: int) -> tuple[list[EpisodeResult], dict[str, float], RolloutStats]:
         """Iteration ``it``'s episodes, its rollout metrics and its counts, played now."""
@@ -195,7 +205,7 @@ class GroupBuffer:
     cond: threading.Condition = field(default_factory=threading.Condition)
     batches: deque = field(default_factory=deque)  # Batch, some of its groups maybe taken
     error: BaseException | None = None
-    done: bool = False  # the producer ended (normally or not)
+    done: bool = False  # no batch will come any more (the producer played its last, or ended)
     dropped: int = 0  # groups dropped so far
 
     def put(self, batch: Batch) -> None:
@@ -230,14 +240,18 @@ class GroupBuffer:
         """``(groups, the batches they start, groups dropped now)`` for a learner at ``version``:
         ``n`` groups, a dropped group replaced by the next one played; ``n = None``: the next
         batch whole, however many groups it holds (dynamic sampling's ``when_short=keep``), the
-        one after it if every group of it is dropped."""
+        one after it if every group of it is dropped. Once the producer has played its last
+        batch (:meth:`finish`) the groups left are all there is: fewer than ``n`` come back
+        (each drop made the last iteration one group short), none at all is an error."""
         out, batches, dropped = [], [], 0
         with self.cond:
             while n is None or len(out) < n:
                 self.check()
                 if not self.batches:
+                    if self.done and out:  # nothing more comes: a short batch, not a hang
+                        break
                     if self.done:
-                        left = "its next batch" if n is None else f"{n - len(out)} of {n} groups"
+                        left = "its next batch" if n is None else f"{n} of {n} groups"
                         raise ProducerError(f"rollout producer ended with {left} left to give")
                     self.cond.wait()
                     continue
@@ -325,6 +339,8 @@ class Producer:
         self.buffer = GroupBuffer(self.k)
         self.cond = self.buffer.cond  # one lock for weights, pauses and the buffer
         self.weights: dict[int, dict] = {}  # published versions the producer may still load
+        self.recent: dict[int, dict] = {}  # the last k + 1 published versions (checkpoints)
+        self.floor = 0  # the oldest version a batch may use: max(b - k, floor)
         self.latest = -1  # the newest published version
         self.engine_version = -1  # the version the engine holds
         self._stop = False
@@ -334,9 +350,19 @@ class Producer:
         self.idle_s = 0.0  # the producer's waiting since the learner's last take
 
     # -- the learner's side ------------------------------------------------------------------
-    def start(self, it: int) -> None:
-        """Publish the learner's weights as version ``it`` and start playing batch ``it`` on."""
+    def start(self, it: int, history: dict[int, dict] | None = None) -> None:
+        """Publish the learner's weights as version ``it`` and start playing batch ``it`` on.
+
+        ``history``: a resumed run's :meth:`rollout_state` (versions ``it - k .. it - 1``), so
+        its first batches use the versions the uninterrupted run used; without it (a fresh run,
+        partial rollouts) they use version ``it``."""
         self.start_it = it
+        self.floor = it
+        if history and not self.partial:
+            have = {int(v): w for v, w in history.items() if max(it - self.k, 0) <= int(v) < it}
+            while self.floor - 1 in have:  # the contiguous versions just before it
+                self.floor -= 1
+                self.weights[self.floor] = self.recent[self.floor] = have[self.floor]
         self.publish(it)
         self._apply(it)  # the engine starts from the learner's weights (a resumed run's too)
         threads = torch.get_num_threads()  # the run's torch threads (trainer.num_threads)
@@ -351,6 +377,10 @@ class Producer:
         weights = self._snapshot()
         with self.cond:
             self.weights[version] = weights
+            if not self.partial:  # what a checkpoint needs to resume exactly
+                self.recent[version] = weights
+                for v in [v for v in self.recent if v < version - self.k]:
+                    del self.recent[v]
             self.latest = version
             if self.partial:  # only the newest is ever loaded
                 for v in [v for v in self.weights if v < version]:
@@ -388,8 +418,21 @@ class Producer:
             "async/producer_play_s": float(sum(b.play_s for b in batches)),
             "async/producer_idle_s": float(idle),
             "async/queued_groups": float(self.buffer.queued()),
+            # groups the last iteration lacks: earlier drops were filled from later batches
+            "async/short_groups": float(n - len(groups)) if n is not None else 0.0,
         }
         return [ep for g in groups for ep in g], metrics, stats
+
+    def rollout_state(self) -> dict[int, dict[str, torch.Tensor]]:
+        """What a checkpoint at the learner's newest version ``n`` holds so that a run resumed
+        from it plays batches ``n .. n + k - 1`` with the versions this run uses: versions
+        ``max(n - k, floor) .. n - 1`` (CPU copies of the trainable tensors). Empty with partial
+        rollouts, whose versions depend on the threads' timing anyway."""
+        with self.cond:
+            kept = {v: w for v, w in self.recent.items() if v < self.latest}
+        return {
+            v: {k: t.detach().to("cpu", copy=True) for k, t in w.items()} for v, w in kept.items()
+        }
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -435,7 +478,7 @@ class Producer:
         try:
             for b in range(self.start_it, self.cfg.trainer.iterations):
                 t0 = time.perf_counter()
-                target = max(b - self.k, self.start_it)
+                target = max(b - self.k, self.floor)
                 with self.cond:  # the weights batch b may use, and no pause asked for
                     while not self._stop and (self.latest < target or self._pause_wanted):
                         self._is_paused = self._pause_wanted
@@ -458,6 +501,7 @@ class Producer:
                     self.idle_s += idle
                 play_s = time.perf_counter() - t1
                 self.buffer.put(Batch(b, groups, stats, play_s, idle, metrics))
+            self.buffer.finish()  # the learner takes what is left, never waits for more
             with self.cond:  # all played: stay pausable until told to stop
                 while not self._stop:
                     self._is_paused = True
@@ -502,7 +546,7 @@ class Producer:
         ``(seed, b, d)`` and its sampling seed from ``chunk_seed(seed, b, 2, d)`` (under torchrun
         mixed with the rank: each rank filters its own share within its share of the budget,
         its extra groups numbered apart from the other ranks'). Extra draws run before batch
-        ``b + 1`` with the batch's weights (version ``max(b - k, start)`` without partial
+        ``b + 1`` with the batch's weights (version ``max(b - k, 0)`` without partial
         rollouts), so they obey the bound and the run stays the same whatever the timing."""
         r = self.cfg.rollout
         g = r.group_size

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..rollout.activity import Activity, Heartbeat
 from .summary import (
     RunSummary,
     categories_markdown,
@@ -72,13 +73,28 @@ class RunLog:
 class Progress:
     """Training progress: a rich progress bar with the live training success rate on a terminal;
     one plain line per iteration when stdout is not one (a log file, a pipe, a batch job), so a
-    redirected run says how far it is; nothing when disabled."""
+    redirected run says how far it is; nothing when disabled. With an ``activity``
+    (:class:`~agentrl.rollout.activity.Activity`) a long iteration says what it is doing: live in
+    the bar, and off a terminal in a line at most every ``every`` seconds; after the first
+    iteration each line ends with an estimate of the run's time left."""
 
-    def __init__(self, enabled: bool, total: int, start: int, stream: TextIO | None = None):
+    def __init__(
+        self,
+        enabled: bool,
+        total: int,
+        start: int,
+        stream: TextIO | None = None,
+        activity: Activity | None = None,
+        every: float = 30.0,
+    ):
         self._p = None
         self._stream = stream or sys.stdout
-        self._total = total
+        self._total, self._done, self._activity = total, start, activity
+        self._seconds: list[float] = []  # the iterations' wall seconds, for the estimate
+        self._beat: Heartbeat | None = None
         self._lines = enabled and not _is_terminal(self._stream)
+        if self._lines and activity is not None:
+            self._beat = Heartbeat(self._live_line, self._stream, every)
         if enabled and not self._lines:
             from rich.progress import (
                 BarColumn,
@@ -89,11 +105,13 @@ class Progress:
             )
             from rich.progress import Progress as Bar
 
+            live = [_LiveColumn(activity)] if activity is not None else []
             self._p = Bar(
                 TextColumn("[bold]train"),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TextColumn("{task.fields[info]}"),
+                *live,
                 TimeElapsedColumn(),
                 TimeRemainingColumn(),
             )
@@ -101,6 +119,8 @@ class Progress:
             self._task = self._p.add_task("train", total=total, completed=start, info="")
 
     def update(self, done: int, row: dict) -> None:
+        self._done = done
+        self._seconds.append(float(row.get("time/iteration_s", 0.0)))
         if self._p is None and not self._lines:
             return
         info = (
@@ -111,7 +131,31 @@ class Progress:
         if self._p is not None:
             self._p.update(self._task, completed=done, info=info)
         else:
-            print(f"train {done}/{self._total}  {info}", file=self._stream, flush=True)
+            print(
+                f"train {done}/{self._total}  {info}{self._left()}", file=self._stream, flush=True
+            )
+            if self._beat is not None:
+                self._beat.printed()
+
+    def _left(self) -> str:
+        """``  about 1 h 20 min left`` at the mean pace of the iterations so far (none done:
+        nothing) when the run is not over."""
+        left = self._total - self._done
+        if not self._seconds or left <= 0:
+            return ""
+        return f"  about {_duration(left * sum(self._seconds) / len(self._seconds))} left"
+
+    def _live_line(self) -> str | None:
+        """The heartbeat's line: iteration, what it is doing, for how long."""
+        act = self._activity
+        if act is not None and act.phase == "eval":
+            return (f"train {self._done}/{self._total}  held-out evaluation running for "
+                    f"{_duration(act.phase_elapsed())}: {act.line()}")  # fmt: skip
+        if act is None or self._done >= self._total:
+            return None
+        it = self._done + 1
+        return (f"train {it}/{self._total}  iteration {it} running for "
+                f"{_duration(act.elapsed())}: {act.line()}{self._left()}")  # fmt: skip
 
     def note(self, text: str) -> None:
         if self._p is not None:
@@ -120,9 +164,36 @@ class Progress:
             print(text, file=self._stream, flush=True)
 
     def close(self) -> None:
+        if self._beat is not None:
+            self._beat.close()
+            self._beat = None
         if self._p is not None:
             self._p.stop()
             self._p = None
+
+
+def _duration(s: float) -> str:
+    """``45 s``, ``12 min``, ``3 h 05 min``."""
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 90 * 60:
+        return f"{s / 60:.0f} min"
+    return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
+
+
+class _LiveColumn:
+    """A progress-bar column showing what the iteration in progress is doing (rich renders it
+    at every refresh)."""
+
+    def __new__(cls, activity: Activity):
+        from rich.progress import ProgressColumn
+        from rich.text import Text
+
+        class Live(ProgressColumn):
+            def render(self, task):  # noqa: ARG002 - the activity, not the task, says it
+                return Text(activity.line(), style="dim")
+
+        return Live()
 
 
 def _is_terminal(stream: TextIO) -> bool:
@@ -141,6 +212,7 @@ def write_interrupted(
     initial: dict | None,
     history: list[dict],
     log: Any,
+    lost: int | None = None,
 ) -> str:
     """What an interrupted run did: a ``phase: interrupted`` metrics row, ``summary.json``
     (``status: interrupted``, the iterations done, the checkpoint, the command that resumes it,
@@ -154,6 +226,7 @@ def write_interrupted(
         "signal": signal_name,
         "iterations_done": done,
         "iterations": total,
+        "abandoned_iteration": lost,  # its update outlasted trainer.signal_grace_s
         "checkpoint": str(checkpoint),
         "resume": resume,
         "last_train_success_rate": last.get("train/success_rate"),
@@ -168,8 +241,14 @@ def write_interrupted(
         lines = [f"# Interrupted run ({signal_name})", ""]
         lines += [f"- {k.replace('_', ' ')}: {v}" for k, v in record.items() if v is not None]
         (out / "summary.md").write_text("\n".join(lines) + "\n")
+    why = (
+        f" (the update of iteration {lost} was abandoned: it would have outlasted "
+        "trainer.signal_grace_s; that iteration is lost)"
+        if lost is not None
+        else ""
+    )
     return (
-        f"training interrupted by {signal_name} after {done} of {total} iterations: "
+        f"training interrupted by {signal_name} after {done} of {total} iterations{why}: "
         f"checkpoint {checkpoint}; continue with {resume}"
     )
 

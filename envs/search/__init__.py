@@ -11,12 +11,13 @@ Gymnasium env). See ``docs/envs/search.md``.
 from .answer import exact_match, f1_score, normalize_answer
 from .bm25 import BM25Index, analyze
 from .corpus import CorpusError, Passage, open_corpus
-from .env import TOOLS, SearchEnv, parse_action
+from .env import TOOLS, EmptyCorpusWarning, SearchEnv, parse_action
 from .questions import Question, load_questions
 from .retriever import Hit, HTTPRetriever, LocalRetriever, RetrievalError, world_retriever
 from .world import KINDS, World, WorldSpec, generate_world
 
 __all__ = [
+    "EmptyCorpusWarning",
     "KINDS",
     "TOOLS",
     "BM25Index",

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +51,12 @@ from .questions import load_questions
 from .retriever import HTTPRetriever, LocalRetriever, Retriever, world_retriever
 from .world import KINDS, World, WorldSpec, generate_world
 
-__all__ = ["TOOLS", "SearchEnv", "parse_action"]
+__all__ = ["TOOLS", "EmptyCorpusWarning", "SearchEnv", "parse_action"]
+
+
+class EmptyCorpusWarning(UserWarning):
+    """A corpus file with no passage: every search answers that no passage matches."""
+
 
 _ACTION = re.compile(r"^\s*(search|answer)\s*\[(.*)\]\s*$", re.DOTALL | re.IGNORECASE)
 
@@ -257,7 +263,16 @@ class SearchEnv(TextEnv):
             raise ValueError(
                 "question files need corpus_file (a wiki-18 style jsonl) or retriever=http"
             )
-        return LocalRetriever(*open_corpus(corpus_file, cache_dir=cache_dir))
+        index, passages = open_corpus(corpus_file, cache_dir=cache_dir)
+        if len(passages) == 0:
+            warnings.warn(
+                f"Search-v0: corpus_file {corpus_file} holds no passages: every search will "
+                "answer that no passage matches (give a wiki-18 style jsonl: one "
+                '{"id", "contents"} object per line)',
+                EmptyCorpusWarning,
+                stacklevel=2,
+            )
+        return LocalRetriever(index, passages)
 
     def task_ids(self, split: str, limit: int | None = None) -> list[str]:
         if split not in self._splits:

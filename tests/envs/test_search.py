@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from agentrl.envs.search import (
     TOOLS,
     BM25Index,
     CorpusError,
+    EmptyCorpusWarning,
     HTTPRetriever,
     LocalRetriever,
     RetrievalError,
@@ -578,3 +580,20 @@ def test_final_answer_turn_lists_only_answers_and_refuses_a_search():
     _obs, info = plain.reset(options={"task_id": tid})
     _obs, _r, _t, _tr, info = plain.step(f"search[{entity}]")
     assert any(a.startswith("search[") for a in info["admissible_actions"])
+
+
+def test_an_empty_corpus_is_named_in_a_warning(tmp_path):
+    """Every search on it would answer that no passage matches: the env says so once, naming
+    the file; a corpus with passages opens silently."""
+    train = _write(tmp_path / "train.jsonl", [{"question": "Who?", "golden_answers": ["x"]}])
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    kw = dict(train_file=str(train), cache_dir=str(tmp_path / "cache"))
+    with pytest.warns(EmptyCorpusWarning, match=f"corpus_file {empty} holds no passages"):
+        env = SearchEnv(**kw, corpus_file=str(empty))
+    env.reset(seed=0)
+    assert "No passage" in env.step("search[Who?]")[0]  # what the warning announces
+    full = _write(tmp_path / "wiki.jsonl", CORPUS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        SearchEnv(**kw, corpus_file=str(full))

@@ -3,6 +3,7 @@ its failures and shutdown, and end-to-end runs against the synchronous loop."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -10,6 +11,7 @@ from types import SimpleNamespace
 
 import psutil
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -180,6 +182,53 @@ def test_the_buffer_drops_and_counts_groups_older_than_k():
     assert {s.policy_version for ep in eps for s in ep.steps} == {1}  # batch 2 at version 1
 
 
+def test_a_dropped_group_leaves_the_last_iteration_short_instead_of_hanging():
+    """Force the drop the gate prevents (one group of batch 1 sampled, as it were, by a version
+    long gone): iteration 1 fills the gap from batch 2, so the last iteration finds one group
+    fewer than it asks for, and takes them instead of waiting for a batch that never comes."""
+    cfg = _cfg(1, False, 3)
+    prod = _producer(cfg, _Engine(0.0), 1)
+    play = prod._play
+
+    def stale_group_in_batch_1(b, runner, stats):
+        eps = play(b, runner, stats)
+        if b == 1:
+            for ep in eps[: cfg.rollout.group_size]:
+                ep.steps = [dataclasses.replace(s, policy_version=-5) for s in ep.steps]
+        return eps
+
+    prod._play = stale_group_in_batch_1
+    rows: list = []
+    runner = threading.Thread(target=lambda: rows.append(_take_all(prod, 3)), daemon=True)
+    runner.start()
+    runner.join(timeout=30)
+    hung = runner.is_alive()
+    if hung:
+        prod.close()
+    assert not hung, "the learner waited for a batch the producer never plays"
+    [(sizes, metrics)] = rows
+    g = cfg.rollout.group_size
+    assert sizes == [2 * g, 2 * g, 1 * g]  # the third iteration lacks the dropped group
+    assert [m["async/dropped_groups"] for m in metrics] == [0, 1, 0]
+    assert [m["async/short_groups"] for m in metrics] == [0, 0, 1]
+    assert not any(t.name == "agentrl-producer" for t in threading.enumerate())
+
+
+def _take_all(prod: Producer, iterations: int) -> tuple[list[int], list[dict]]:
+    sizes, metrics = [], []
+    prod.start(0)
+    try:
+        for it in range(iterations):
+            eps, m, _ = prod.take(it)
+            sizes.append(len(eps))
+            metrics.append(m)
+            prod.fake_learner.version = it + 1
+            prod.publish(it + 1)
+    finally:
+        prod.close()
+    return sizes, metrics
+
+
 def test_a_producer_that_raises_ends_the_take_with_its_message():
     prod = _producer(_cfg(1, False, 4), _Engine(0.0), 1, fail_at=1)
     with pytest.raises(ProducerError, match="ValueError: env exploded in batch 1"):
@@ -281,24 +330,40 @@ def test_dynamic_sampling_at_k1_draws_as_the_synchronous_loop(tmp_path):
     assert drawn == 2 * 4 + k1[1]["rollout/dynamic_sampling/extra_rollouts"]
 
 
-@pytest.mark.parametrize("extra", [(), _DS], ids=["plain", "dynamic_sampling"])
-def test_resume_at_k1_regenerates_in_flight_groups_with_the_checkpoints_weights(tmp_path, extra):
-    """In-flight groups are not checkpointed: a resumed run plays its first batch (with dynamic
-    sampling: and its extra draws) with the checkpoint's weights, as the synchronous loop
-    resumed from there does."""
-    _run(tmp_path / "run", "rollout.staleness=1", *extra)
+@pytest.mark.parametrize(
+    "k, extra",
+    [(1, ()), (1, _DS), (2, ("trainer.iterations=3", "trainer.keep_checkpoints=3"))],
+    ids=["k1", "k1-dynamic_sampling", "k2"],
+)
+def test_a_resumed_async_run_continues_exactly(tmp_path, k, extra):
+    """In-flight groups are not checkpointed, but the versions they sample with are: a run
+    resumed from the checkpoint after iteration 1 plays its next batches (with dynamic sampling:
+    and their extra draws) with the versions the uninterrupted run used, and trains as it did."""
+    whole = _run(tmp_path / "run", f"rollout.staleness={k}", *extra)
     ck = tmp_path / "run" / "checkpoints" / "iter_000001" / "state.pt"
-    a = _run(tmp_path / "a", "rollout.staleness=1", f"trainer.resume={ck}", *extra)
-    b = _run(tmp_path / "b", "rollout.staleness=0", f"trainer.resume={ck}", *extra)
+    kept = torch.load(ck, weights_only=True)["rollout_weights"]
+    assert sorted(kept) == [0]  # version 0: what batches 1 .. k sample with
+    resumed = _run(tmp_path / "a", f"rollout.staleness={k}", f"trainer.resume={ck}", *extra)
+    assert len(resumed) == len(whole)  # the history rows come back, then the new ones
+    for a, b in zip(resumed[1:], whole[1:], strict=True):
+        assert a["async/staleness_max"] == b["async/staleness_max"] == min(k, a["iteration"] - 1)
+        # the same episodes (train/* exactly); the update's numbers as the uninterrupted run's
+        assert all(a[key] == v for key, v in b.items() if key.startswith("train/")), "episodes"
+        _same(a, b)
+        for key, v in b.items():
+            if key.startswith("rollout/dynamic_sampling/"):
+                assert a[key] == v, key
+
+
+def test_partial_rollouts_resume_from_the_checkpoints_weights(tmp_path):
+    """With partial rollouts the versions depend on the threads' timing: no versions are kept,
+    and the resumed run's first batch starts from the checkpoint's weights."""
+    _run(tmp_path / "run", "rollout.staleness=1", "rollout.partial_rollouts=true")
+    ck = tmp_path / "run" / "checkpoints" / "iter_000001" / "state.pt"
+    assert torch.load(ck, weights_only=True)["rollout_weights"] == {}
+    a = _run(tmp_path / "a", "rollout.staleness=1", "rollout.partial_rollouts=true",
+             f"trainer.resume={ck}")  # fmt: skip
     assert a[1]["async/staleness_max"] == 0
-    # the same episodes (train/* exactly); the engine's copy of the policy and the learner's
-    # module give old log-probs equal to float32 noise, so the near-zero policy loss (and with
-    # it loss/loss) may differ by a few 1e-7
-    _same(a[1], b[1], abs_=1e-6)
-    assert all(a[1][k] == v for k, v in b[1].items() if k.startswith("train/")), "episodes"
-    for key, v in b[1].items():
-        if key.startswith("rollout/dynamic_sampling/"):
-            assert a[1][key] == v, key
 
 
 def test_a_failing_producer_ends_the_run_with_its_message_and_leaves_nothing(tmp_path, monkeypatch):

@@ -53,9 +53,11 @@ def call(name: str, args: dict, wrap: bool = True) -> str:
         (call("answer", {"text": "Zoë 東京 🙂"}), "answer[Zoë 東京 🙂]"),  # unicode kept as is
         ('<tool_call>{"name":"move","arguments":{"direction":"up"}}</tool_call>', "up"),
         (
-            '  <tool_call>\n{"name": "move", "arguments": "{\\"direction\\": \\"down\\"}"}\n</tool_call>\n',
+            '  <tool_call>\n{"name": "move", "arguments": {"direction": "down"}}\n</tool_call>\n',
             "down",
         ),
+        # a literal <tool_call> inside an argument string is text (vLLM's hermes parser agrees)
+        (call("answer", {"text": "write <tool_call> tags"}), "answer[write <tool_call> tags]"),
     ],
 )
 def test_hermes_calls_become_the_env_commands(response, action):
@@ -119,6 +121,16 @@ def test_hermes_calls_become_the_env_commands(response, action):
             "text around the tool call: '<think>hmm</think>'",
         ),
         (call("search", {"query": " "}), "search: argument query is empty"),
+        (
+            '<tool_call>{"name": "move", "arguments": "{\\"direction\\": \\"down\\"}"}</tool_call>',
+            'the tool call\'s "arguments" is a JSON-encoded string',
+        ),
+        (
+            '<tool_call>{"name": "move", "parameters": {"direction": "up"}}</tool_call>',
+            'the tool call names its arguments "parameters"',
+        ),
+        ('<tool_call>{"name": "move"}</tool_call>', 'the tool call has no "arguments"'),
+        (call("answer", {"text": "a </tool_call> b"}), "</tool_call> inside the tool call"),
         (call("search", {"query": "x" * 600}), "action too long"),
     ],
 )
@@ -163,6 +175,13 @@ def test_think_blocks_before_the_call_when_allowed():
         ('{"name": "search", "parameters": {"query": "Ünïcode"}}', "search[Ünïcode]", ""),
         ('<|python_tag|>{"name": "move", "parameters": {"direction": "up"}}', "up", ""),
         ('{"name": "answer", "arguments": {"text": "B"}}', "answer[B]", ""),  # OpenAI's key too
+        (
+            '{"name": "answer", "arguments": {"text": "B"}, "parameters": {"text": "C"}}',
+            None,
+            'the tool call has both "parameters" and "arguments"',
+        ),
+        ('{"name": "answer"}', None, 'the tool call has no "parameters"'),
+        ('{"name": "answer", "parameters": "{\\"text\\": \\"B\\"}"}', None, "the tool call's"),
         ("The answer is B.", None, "no tool call (a JSON object)"),
         (
             'Sure! {"name": "answer", "parameters": {"text": "B"}}',

@@ -15,11 +15,10 @@ import torch
 from agentrl import credit
 from agentrl.config import load_config
 from agentrl.recipe import TrainingStopped, train
+from agentrl.train import prepare
 
 from .helpers import SMOKE, make_cfg, options
 
-#: What a module needs beyond the smoke settings (HiPER's three spans need more response tokens).
-MODULE_OVERRIDES = {"hiper": ["model.max_new_tokens=64"]}
 #: What an env needs beyond them (OpenSpiel's tic-tac-toe moves, "x(0,0)", take 9 tiny tokens).
 ENV_OVERRIDES = {"tictactoe": ["model.max_new_tokens=10"]}
 
@@ -62,6 +61,13 @@ def test_smoke_per_env(tmp_path, env):
 
 @pytest.mark.parametrize("name", sorted(credit.available()))
 def test_smoke_per_credit_module(tmp_path, name, monkeypatch):
+    # 4 tasks: with seed 0 both iterations hold groups with differing returns (2 tasks: none).
+    # Nothing else: a module's own action format brings the response budget it needs (HiPER's
+    # three spans take 38 tiny tokens; the model preset's budget is 8), as python -m
+    # agentrl.train credit=<name> gives it (agentrl.train.prepare: the checks, the budget)
+    raw = make_cfg(*SMOKE, f"credit={name}", "trainer.eval_initial=false", "env.eval_episodes=2",
+                   "rollout.tasks_per_iter=4")  # fmt: skip
+    cfg = prepare(raw, str(tmp_path))
     # Spy on the module through the registry (every caller of credit.compute goes through it).
     seen, lookup = [], credit.registry.get
 
@@ -72,18 +78,10 @@ def test_smoke_per_credit_module(tmp_path, name, monkeypatch):
         return result
 
     monkeypatch.setattr(credit.registry, "get", lambda m: spy if m == name else lookup(m))
-    # 4 tasks: with seed 0 both iterations hold groups with differing returns (2 tasks: none)
-    summary = _run(
-        tmp_path,
-        f"credit={name}",
-        *MODULE_OVERRIDES.get(name, []),
-        "trainer.eval_initial=false",
-        "env.eval_episodes=2",
-        "rollout.tasks_per_iter=4",
-    )
+    summary = train(cfg, tmp_path)
     assert summary.credit == name
-    train = [r for r in _rows(tmp_path) if r["phase"] == "train"]
-    assert len(train) == 2 and all(torch.isfinite(torch.tensor(r["loss/grad_norm"])) for r in train)
+    rows = [r for r in _rows(tmp_path) if r["phase"] == "train"]
+    assert len(rows) == 2 and all(torch.isfinite(torch.tensor(r["loss/grad_norm"])) for r in rows)
     # Signal: a group whose episodes' returns differ. Its steps must get some non-zero advantage.
     assert len(seen) == 2
     signal = 0
