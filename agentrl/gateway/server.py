@@ -237,13 +237,17 @@ class Gateway:
             stop_token_ids=stop,
             seed=self.seed if seed is None else int(seed),
         )
-        gen = await asyncio.wrap_future(self.engine.submit(prompt, sampling, request_id, session.name))
+        gen = await asyncio.wrap_future(
+            self.engine.submit(prompt, sampling, request_id, session.name)
+        )
         ids, logprobs, finish = list(gen.token_ids), list(gen.logprobs), gen.finish_reason
         text, ids, logprobs, finish = self._stop_strings(ids, logprobs, finish, req.stop)
         reply = read_reply(text, finish, req.tools, req.tool_choice, self.syntax)
         with session.lock:
             if session.closed:
-                raise SessionError(f"session {session.name[:60]!r} is closed (its episode has ended)", 409)
+                raise SessionError(
+                    f"session {session.name[:60]!r} is closed (its episode has ended)", 409
+                )
             extends = session.extends(prompt)
             if not extends:
                 session.prefix_breaks += 1

@@ -107,7 +107,9 @@ def outcome_of(value: Any) -> Outcome:
     ):
         raise ValueError("step_rewards must be a list of numbers, one per call")
     keys = value.get("state_keys")
-    if keys is not None and (not isinstance(keys, list) or not all(isinstance(k, str) for k in keys)):
+    if keys is not None and (
+        not isinstance(keys, list) or not all(isinstance(k, str) for k in keys)
+    ):
         raise ValueError("state_keys must be a list of strings, one per call")
     success = value.get("success")
     if success is not None and not isinstance(success, bool):
