@@ -261,6 +261,9 @@ class Gateway:
                 request={"temperature": req.temperature, "top_p": req.top_p,
                          "max_tokens": req.max_tokens, "seed": req.seed,
                          "tool_choice": req.tool_choice, "stop": list(req.stop)},
+                sampling={"seed": sampling.seed, "request_id": request_id,
+                          "temperature": sampling.temperature, "top_p": sampling.top_p,
+                          "max_new_tokens": sampling.max_new_tokens},
             )  # fmt: skip
             session.calls.append(record)
         return record

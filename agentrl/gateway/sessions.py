@@ -56,6 +56,7 @@ class CallRecord:
     reused: bool  # the prompt was built from the recorded ids of an earlier call
     latency_s: float
     request: dict[str, Any] = field(default_factory=dict)  # the sampling the program asked for
+    sampling: dict[str, Any] = field(default_factory=dict)  # what the engine got (seed, request id)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -72,6 +73,7 @@ class CallRecord:
             "reused": self.reused,
             "latency_s": self.latency_s,
             "request": self.request,
+            "sampling": self.sampling,
         }
 
 
