@@ -5,7 +5,8 @@ gateway), not by agentrl stepping an env. This env is what the rest of agentrl s
 env: the task list (``task_ids``, seeded draws, categories, held-out split) and the program to run,
 so task selection, groups, evaluation sets and the env pool work as for every other env.
 
-Tasks: ``tasks`` is a JSON-lines file, one task a line: ``id`` (required, unique), optional
+Tasks: ``tasks`` is a JSON-lines file (default: a built-in list of lookup questions), one task a
+line: ``id`` (required, unique), optional
 ``category``, and anything the program needs. ``eval_tasks`` (optional) holds the held-out tasks
 (split ``test``); without it ``test`` lists the same tasks as ``train``. ``reset`` returns the task as its JSON text (the
 observation), with the program's settings in ``info["agent_program"]``; ``step`` ends the
@@ -20,9 +21,19 @@ from typing import Any
 
 from .base import TextEnv, make_info
 
-__all__ = ["AgentTasksEnv", "load_tasks"]
+__all__ = ["AgentTasksEnv", "load_tasks", "lookup_tasks"]
 
 INSTRUCTION = "Play the task with the agent program."
+
+
+def lookup_tasks() -> list[dict[str, Any]]:
+    """The built-in tasks (``tasks=null``): "Where does A live?", with the fact to look up, for
+    the example lookup agent (examples/agents/lookup_agent.py)."""
+    return [
+        {"id": f"lookup-{i}", "category": "lookup", "question": f"Where does {n} live?",
+         "facts": {n: f"{n} lives in {p}."}, "answer": p}
+        for i, (n, p) in enumerate(zip("ABCDEFGHJK", "PQRSTUVWXY"))
+    ]  # fmt: skip
 
 
 def load_tasks(path: str | Path) -> list[dict[str, Any]]:
@@ -54,7 +65,7 @@ class AgentTasksEnv(TextEnv):
     """The tasks of an agent program (see the module docstring).
 
     Args:
-        tasks: JSON-lines file of the training tasks.
+        tasks: JSON-lines file of the training tasks (``None``: the built-in lookup tasks).
         eval_tasks: JSON-lines file of the held-out tasks (default: ``tasks``).
         agent: ``MODULE:FUNCTION``, called as ``FUNCTION(base_url, api_key, task)`` per episode.
         command: a command line run per episode instead (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``,
@@ -64,7 +75,7 @@ class AgentTasksEnv(TextEnv):
 
     def __init__(
         self,
-        tasks: str,
+        tasks: str | None = None,
         eval_tasks: str | None = None,
         agent: str | None = None,
         command: str | None = None,
@@ -72,15 +83,13 @@ class AgentTasksEnv(TextEnv):
         render_mode: str | None = None,
     ):
         super().__init__(render_mode)
-        if (agent is None) == (command is None):
-            raise ValueError(
-                "env=agent needs exactly one of env.kwargs.agent or env.kwargs.command"
-            )
+        if agent is not None and command is not None:
+            raise ValueError("env=agent takes env.kwargs.agent or env.kwargs.command, not both")
         if agent is not None and (not isinstance(agent, str) or ":" not in agent):
             raise ValueError(f"env.kwargs.agent must read MODULE:FUNCTION, got {agent!r}")
         if not float(timeout) > 0:
             raise ValueError(f"env.kwargs.timeout must be > 0, got {timeout!r}")
-        self.splits = {"train": load_tasks(tasks)}
+        self.splits = {"train": load_tasks(tasks) if tasks else lookup_tasks()}
         self.splits["test"] = load_tasks(eval_tasks) if eval_tasks else self.splits["train"]
         self.program = {"agent": agent, "command": command, "timeout": float(timeout)}
         self.task: dict[str, Any] = self.splits["train"][0]

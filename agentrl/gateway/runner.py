@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..backends.base import Backend
+from ..config import ConfigError
 from ..episodes import EpisodeResult, RolloutStats, StepRecord
 from ..pool import EnvPool, ResetSpec
 from ..rollout.runner import RunnerSettings, chunk_seed
@@ -171,7 +172,22 @@ class AgentRunner:
                 on_chunk(eps)
         return out
 
+    def _check(self, program: dict[str, Any]) -> None:
+        """The program can run: named, and (a callable) importable; else one line."""
+        if not program.get("agent") and not program.get("command"):
+            raise ConfigError("invalid config: env=agent needs the program to run: "
+                              "env.kwargs.agent=MODULE:FUNCTION (or FILE.py:FUNCTION) or "
+                              "env.kwargs.command='...'")  # fmt: skip
+        spec = program.get("agent")
+        if spec and spec not in self._agents:
+            try:
+                self._agents[spec] = load_agent(spec)
+            except ValueError as exc:
+                raise ConfigError(f"invalid config: {exc}") from None
+
     def _chunk(self, part, firsts, temperature, cseed, traj0, stats) -> list[EpisodeResult]:
+        for _, info in firsts:
+            self._check(info["agent_program"])
         url, s = self._url(), self.settings
         names = [f"agentrl-{cseed:08x}-{traj0 + k}" for k in range(len(part))]
         for name in names:
@@ -241,10 +257,7 @@ class AgentRunner:
         task = json.loads(task_text)
         try:
             if program.get("agent"):
-                fn = self._agents.get(program["agent"])
-                if fn is None:
-                    fn = self._agents[program["agent"]] = load_agent(program["agent"])
-                value = fn(url, name, task)
+                value = self._agents[program["agent"]](url, name, task)
             else:
                 value = self._command(program, task, url, name)
         except subprocess.TimeoutExpired:

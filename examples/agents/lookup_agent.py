@@ -8,7 +8,7 @@ Trained by agentrl with (docs/agents.md)::
 
     python -m agentrl.train env=agent \\
         env.kwargs.agent=examples/agents/lookup_agent.py:play \\
-        env.kwargs.tasks=examples/agents/lookup_tasks.jsonl
+        rollout.max_new_tokens=64
 
 Run against any server by hand::
 
