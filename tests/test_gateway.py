@@ -5,6 +5,7 @@ an openai-SDK agent program."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import httpx
@@ -16,9 +17,13 @@ from hydra import compose, initialize_config_module
 from agentrl.backends.base import SamplingParams
 from agentrl.backends.hf import HFBackend
 from agentrl.config import load_config
+from agentrl.episodes import RolloutStats
 from agentrl.gateway import Gateway
+from agentrl.gateway.runner import AgentRunner
 from agentrl.models import load_model
+from agentrl.pool import EnvSpec, ResetSpec, make_pool
 from agentrl.recipe import train
+from agentrl.rollout.runner import RunnerSettings
 
 torch.set_num_threads(1)
 
@@ -36,6 +41,7 @@ TOOLS = [
         },
     }
 ]
+AGENT = Path(__file__).with_name("gateway_agent.py")
 CALL = '<tool_call>\n{"name": "lookup", "arguments": {"name": "A"}}\n</tool_call>'
 
 
@@ -64,6 +70,13 @@ def tiny():
     torch.manual_seed(0)
     model, tok, _ = load_model("tiny")
     return model, tok
+
+
+@pytest.fixture(scope="module")
+def tasks_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("agent") / "tasks.jsonl"
+    path.write_text('{"id": "t0", "question": "Where is A?"}\n{"id": "boom", "question": "?"}\n')
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -241,3 +254,48 @@ def test_an_openai_sdk_agent_program_trains_two_iterations(tmp_path):
         assert r["gateway/prefix_breaks"] == 0  # each call extends the one before
         assert r["loss/sequences_processed"] == 4
     assert summary.eval_episodes == 2 and summary.env == "Agent-v0"
+
+
+@pytest.mark.parametrize(
+    "program, fault, why",
+    [
+        ({"agent": f"{AGENT}:shaped"}, None, ""),
+        ({"command": f"{sys.executable} {AGENT}"}, None, ""),
+        ({"agent": f"{AGENT}:silent"}, "exception", "never called the model"),
+        ({"agent": f"{AGENT}:hangs", "timeout": 1.0}, "timeout", "ran past 1 s"),
+        ({"agent": f"{AGENT}:play"}, "exception", "raised RuntimeError: this task always fails"),
+    ],
+    ids=["step-rewards", "command", "no-calls", "timeout", "raises"],
+)
+def test_the_agent_runner_turns_sessions_into_steps_or_cuts_the_episode(
+    tiny, tasks_file, program, fault, why
+):
+    model, tok = tiny
+    kwargs = {"tasks": str(tasks_file), **program}
+    pool = make_pool([EnvSpec("Agent-v0", kwargs)] * 2, num_workers=0)
+    runner = AgentRunner(pool, HFBackend(model, tok.pad_token_id), tok,
+                         RunnerSettings(max_steps=4, max_new_tokens=8), syntax="hermes")  # fmt: skip
+    stats = RolloutStats()
+    try:
+        task = "boom" if program.get("agent", "").endswith(":play") else "t0"
+        resets = [ResetSpec(0, None, {"task_id": task})] * 2
+        eps = runner.play(resets, temperature=1.0, seed=3, stats=stats)
+    finally:
+        runner.gateway.close()
+        pool.close()
+    assert [ep.fault for ep in eps] == [fault, fault]
+    if fault is not None:
+        assert all(why in ep.error for ep in eps) and stats.env_errors == {fault: 2}
+        return
+    for ep in eps:
+        for s in ep.steps:  # the engine's own ids and log-probs, one per sampled token
+            assert s.response_ids and len(s.logprobs) == len(s.response_ids) <= 8
+    if "agent" in program:  # step rewards and state keys as the program gave them
+        for ep in eps:
+            assert [s.reward for s in ep.steps] == [0.25, 0.75] and ep.won
+            assert [s.state_key for s in ep.steps] == ["start", "middle"]
+            assert ep.steps[0].next_state_key == "middle"
+            assert ep.steps[1].prompt_ids[: len(ep.steps[0].prompt_ids)] == ep.steps[0].prompt_ids
+    else:  # the command's last printed line is its reward, on its one step
+        assert [[s.reward for s in ep.steps] for ep in eps] == [[0.5], [0.5]]
+    assert stats.episodes == 2 and stats.counters["gateway/prefix_breaks"] == 0

@@ -27,10 +27,9 @@ import logging
 import os
 import shlex
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any
 
@@ -194,29 +193,37 @@ class AgentRunner:
             self.gateway.open_session(name, seed=cseed, temperature=float(temperature),
                                       top_p=float(s.top_p), max_tokens=int(s.max_new_tokens))  # fmt: skip
         t0 = time.perf_counter()
-        results: list[tuple[Outcome | None, str | None, str | None]] = [(None, None, None)] * len(
-            part
-        )
-        pool = ThreadPoolExecutor(max_workers=len(part), thread_name_prefix="agent")
+        Result = tuple[Outcome | None, str | None, str | None]  # outcome, fault kind, reason
+        results: list[Result] = [(None, None, None)] * len(part)
+        done = [threading.Event() for _ in part]
+
+        def work(k: int, task_text: str, program: dict[str, Any], name: str) -> None:
+            try:
+                results[k] = self._run_one(task_text, program, url, name)
+            finally:
+                done[k].set()
+
+        # daemon threads: a program that hangs past its timeout never holds the trainer's exit
+        threads = [
+            threading.Thread(target=work, args=(k, obs, info["agent_program"], name),
+                             name=f"agent-{name}", daemon=True)
+            for k, ((obs, info), name) in enumerate(zip(firsts, names))
+        ]  # fmt: skip
+        timeout = max(float(info["agent_program"]["timeout"]) for _, info in firsts)
+        late = (None, "timeout", f"the agent program ran past {timeout:g} s")
         try:
-            futures = [
-                pool.submit(self._run_one, obs, info["agent_program"], url, name)
-                for (obs, info), name in zip(firsts, names)
-            ]
-            timeout = max(float(info["agent_program"]["timeout"]) for _, info in firsts)
+            for t in threads:
+                t.start()
             deadline = time.monotonic() + timeout
-            for k, f in enumerate(futures):
-                try:
-                    results[k] = f.result(timeout=max(0.0, deadline - time.monotonic()))
-                except FutureTimeout:
-                    results[k] = (None, "timeout", f"the agent program ran past {timeout:g} s")
+            for ev in done:
+                ev.wait(max(0.0, deadline - time.monotonic()))
+            final = [r if ev.is_set() else late for r, ev in zip(results, done)]
         finally:
             sessions = [self.gateway.close_session(n) for n in names]  # later calls get 409
-            pool.shutdown(wait=False, cancel_futures=True)
         wall = time.perf_counter() - t0
         eps = []
         for k, ((_, info), spec, sess) in enumerate(zip(firsts, part, sessions)):
-            outcome, kind, why = results[k]
+            outcome, kind, why = final[k]
             if kind is None and outcome is None:
                 outcome = sess.outcome
                 if outcome is None:
