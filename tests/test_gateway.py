@@ -5,6 +5,7 @@ an openai-SDK agent program."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -254,6 +255,18 @@ def test_an_openai_sdk_agent_program_trains_two_iterations(tmp_path):
         assert r["gateway/prefix_breaks"] == 0  # each call extends the one before
         assert r["loss/sequences_processed"] == 4
     assert summary.eval_episodes == 2 and summary.env == "Agent-v0"
+    # the same program evaluated against the trained checkpoint, per category
+    out = tmp_path / "eval"
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentrl.evaluate", "agent=model", f"agent.path={tmp_path}",
+         "env=agent", f"env.kwargs.tasks={tasks}", f"env.kwargs.agent={agent}:play",
+         "episodes=2", f"hydra.run.dir={out}"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads((out / "results.json").read_text())
+    assert [r["steps"] for r in results["episodes"]] == [2, 2]  # two calls each: the program played
+    assert [g["category"] for g in results["groups"]] == ["ask", "all"]
 
 
 @pytest.mark.parametrize(

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -341,9 +341,13 @@ class ModelAgent:
         )
         return cls(resolve_model_settings(c), seed=_seed(cfg))
 
-    def runner(self, pool: EnvPool, max_steps: int) -> EpisodeRunner:
-        """The episode runner on ``pool``: built as training builds its own (same builder)."""
-        return build_runner(self.config, pool, self.backend, self.tokenizer, max_steps=max_steps)
+    def runner(self, pool: EnvPool, max_steps: int, env: str | None = None) -> EpisodeRunner:
+        """The episode runner on ``pool`` of ``env``: built as training builds its own (same
+        builder; ``Agent-v0``'s runner plays the user's program through the gateway)."""
+        cfg = self.config
+        if env is not None:
+            cfg = replace(cfg, env=replace(cfg.env, id=env))
+        return build_runner(cfg, pool, self.backend, self.tokenizer, max_steps=max_steps)
 
     def run(
         self,
@@ -377,7 +381,7 @@ class ModelAgent:
             step_timeout=step_timeout,
             **dict(pool_options or {}),
         )
-        runner = self.runner(pool, int(max_steps))
+        runner = self.runner(pool, int(max_steps), env)
         bar, bar_task = _progress(len(tasks), progress, f"{self.name} on {env}")
         records: dict[int, EpisodeRecord] = {}  # by task index, as each episode ends
 
