@@ -8,7 +8,8 @@ so task selection, groups, evaluation sets and the env pool work as for every ot
 Tasks: ``tasks`` is a JSON-lines file (default: a built-in list of lookup questions), one task a
 line: ``id`` (required, unique), optional
 ``category``, and anything the program needs. ``eval_tasks`` (optional) holds the held-out tasks
-(split ``test``); without it ``test`` lists the same tasks as ``train``. ``reset`` returns the task as its JSON text (the
+(split ``test``); without it ``test`` lists the same tasks as ``train``. Or ``env`` names an
+agentrl env whose task ids are the tasks (its ``train`` and ``test`` splits). ``reset`` returns the task as its JSON text (the
 observation), with the program's settings in ``info["agent_program"]``; ``step`` ends the
 episode (a program reports its reward through the gateway, not through this env).
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .base import TextEnv, make_info
+from .registry import make
 
 __all__ = ["AgentTasksEnv", "load_tasks", "lookup_tasks"]
 
@@ -71,6 +73,9 @@ class AgentTasksEnv(TextEnv):
         command: a command line run per episode instead (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``,
             ``AGENTRL_TASK``, ``AGENTRL_REWARD_URL`` set).
         timeout: seconds an episode may take.
+        env / env_kwargs: an agentrl env whose ``train`` and ``test`` task ids are the tasks
+            (each task: ``id``, ``env``, ``env_kwargs``, ``category``), for a program that
+            plays that env through its tools (examples/agents/search_agent.py).
     """
 
     def __init__(
@@ -80,17 +85,31 @@ class AgentTasksEnv(TextEnv):
         agent: str | None = None,
         command: str | None = None,
         timeout: float = 120.0,
+        env: str | None = None,
+        env_kwargs: dict[str, Any] | None = None,
         render_mode: str | None = None,
     ):
         super().__init__(render_mode)
+        if env is not None and (tasks or eval_tasks):
+            raise ValueError(
+                "env=agent takes its tasks from env.kwargs.tasks or env.kwargs.env, not both"
+            )
         if agent is not None and command is not None:
             raise ValueError("env=agent takes env.kwargs.agent or env.kwargs.command, not both")
         if agent is not None and (not isinstance(agent, str) or ":" not in agent):
             raise ValueError(f"env.kwargs.agent must read MODULE:FUNCTION, got {agent!r}")
         if not float(timeout) > 0:
             raise ValueError(f"env.kwargs.timeout must be > 0, got {timeout!r}")
-        self.splits = {"train": load_tasks(tasks) if tasks else lookup_tasks()}
-        self.splits["test"] = load_tasks(eval_tasks) if eval_tasks else self.splits["train"]
+        self.inner = None if env is None else make(env, **dict(env_kwargs or {}))
+        if self.inner is not None:  # an agentrl env's tasks, by id (category read on reset)
+            spec = {"env": env, "env_kwargs": dict(env_kwargs or {})}
+            self.splits = {
+                split: [{"id": tid, **spec} for tid in self.inner.task_ids(split)]
+                for split in ("train", "test")
+            }
+        else:
+            self.splits = {"train": load_tasks(tasks) if tasks else lookup_tasks()}
+            self.splits["test"] = load_tasks(eval_tasks) if eval_tasks else self.splits["train"]
         self.program = {"agent": agent, "command": command, "timeout": float(timeout)}
         self.task: dict[str, Any] = self.splits["train"][0]
 
@@ -118,6 +137,9 @@ class AgentTasksEnv(TextEnv):
         else:
             train = self.splits["train"]
             self.task = train[int(self.np_random.integers(len(train)))]
+        if self.inner is not None and "category" not in self.task:
+            _, first = self.inner.reset(options={"task_id": self.task["id"]})
+            self.task = {**self.task, "category": str(first.get("category", ""))}
         info = self._info(action_valid=True, won=False, score=0.0)
         info["agent_program"] = dict(self.program)
         return self.current_observation(), info

@@ -312,3 +312,40 @@ def test_the_agent_runner_turns_sessions_into_steps_or_cuts_the_episode(
     else:  # the command's last printed line is its reward, on its one step
         assert [[s.reward for s in ep.steps] for ep in eps] == [[0.5], [0.5]]
     assert stats.episodes == 2 and stats.counters["gateway/prefix_breaks"] == 0
+
+
+def test_an_openai_sdk_program_plays_search_v0_through_its_tools(tiny):
+    """examples/agents/search_agent.py offers Search-v0's tools as functions; the calls it gets
+    (forced, as the tiny model samples noise) are run by the env; the steps carry the engine's
+    ids and the env's state keys, and the second call extends the first token for token."""
+    model, tok = tiny
+    backend = Forced(HFBackend(model, tok.pad_token_id), tok)
+    texts = [
+        '<tool_call>\n{"name": "search", "arguments": {"query": "friend of N"}}\n</tool_call>',
+        '<tool_call>\n{"name": "answer", "arguments": {"text": "Q"}}\n</tool_call>',
+    ]
+    backend.texts = list(texts)
+    program = Path(__file__).parents[1] / "examples" / "agents" / "search_agent.py"
+    pool = make_pool([EnvSpec("Agent-v0", {"env": "Search-v0", "agent": f"{program}:play"})],
+                     num_workers=0)  # fmt: skip
+    runner = AgentRunner(pool, backend, tok, RunnerSettings(max_steps=5, max_new_tokens=128),
+                         syntax="hermes")  # fmt: skip
+    try:
+        (ep,) = runner.play([ResetSpec(0, None, {"task_id": "1-hop/31"})], temperature=1.0, seed=0)
+    finally:
+        runner.gateway.close()
+        pool.close()
+    assert ep.fault is None and ep.category == "synthetic/1-hop"
+    assert [s.action for s in ep.steps] == [
+        'search({"query": "friend of N"})',
+        'answer({"text": "Q"})',
+    ]
+    assert ep.steps[0].state_key == "1-hop/31|" and ep.steps[1].state_key != ep.steps[0].state_key
+    for s, text in zip(ep.steps, texts):
+        assert s.response_ids == [
+            *tok(text, add_special_tokens=False)["input_ids"],
+            tok.eos_token_id,
+        ]
+        assert len(s.logprobs) == len(s.response_ids)
+    head = ep.steps[0].prompt_ids + ep.steps[0].response_ids
+    assert ep.steps[1].prompt_ids[: len(head)] == head and not ep.steps[1].extras["prefix_break"]
