@@ -4,6 +4,7 @@ an openai-SDK agent program."""
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import sys
@@ -349,3 +350,40 @@ def test_an_openai_sdk_program_plays_search_v0_through_its_tools(tiny):
         assert len(s.logprobs) == len(s.response_ids)
     head = ep.steps[0].prompt_ids + ep.steps[0].response_ids
     assert ep.steps[1].prompt_ids[: len(head)] == head and not ep.steps[1].extras["prefix_break"]
+
+
+class Versioned:
+    """An engine view that stamps the weights' version, as the asynchronous producer's does."""
+
+    def __init__(self, inner, version: int):
+        self.inner, self.version = inner, version
+
+    def generate(self, prompts, sampling, allowed=None):
+        gens = self.inner.generate(prompts, sampling, allowed)
+        for g in gens:
+            g.extra["policy_version"] = self.version
+        return gens
+
+
+def test_a_copy_of_the_runner_serves_the_engine_view_it_is_given(tiny, tasks_file):
+    """The asynchronous producer plays through ``copy.copy(runner)`` with a versioned engine:
+    the copy's gateway samples through that view and its steps carry the version."""
+    model, tok = tiny
+    kwargs = {"tasks": str(tasks_file), "agent": f"{AGENT}:shaped"}
+    pool = make_pool([EnvSpec("Agent-v0", kwargs)], num_workers=0)
+    runner = AgentRunner(pool, HFBackend(model, tok.pad_token_id), tok,
+                         RunnerSettings(max_steps=4, max_new_tokens=4), syntax="hermes")  # fmt: skip
+    producer = copy.copy(runner)
+    producer.backend = Versioned(runner.backend, 7)
+    try:
+        (ep,) = producer.play([ResetSpec(0, None, {"task_id": "t0"})], temperature=1.0, seed=1)
+        (mine,) = runner.play([ResetSpec(0, None, {"task_id": "t0"})], temperature=1.0, seed=1)
+    finally:
+        producer.gateway.close()
+        runner.gateway.close()
+        pool.close()
+    assert producer.gateway is not runner.gateway
+    assert [s.policy_version for s in ep.steps] == [7, 7]
+    assert [s.policy_version for s in mine.steps] == [0, 0]
+    # same seed, same engine weights: the same samples through either gateway
+    assert [s.response_ids for s in ep.steps] == [s.response_ids for s in mine.steps]

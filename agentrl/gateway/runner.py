@@ -29,6 +29,7 @@ import shlex
 import subprocess
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -124,13 +125,33 @@ class AgentRunner:
         *,
         syntax: str,
     ):
-        self.pool, self.backend, self.tokenizer, self.settings = pool, backend, tokenizer, settings
+        self.pool, self.tokenizer, self.settings = pool, tokenizer, settings
         self.fmt = ToolCallFormat(syntax=syntax)  # the reader the gateway uses
         self.activity = None
         self.gateway = Gateway(backend, tokenizer, open_sessions=False, syntax=syntax,
                                max_tokens=settings.max_new_tokens)  # fmt: skip
+        self._backend = backend
         self.base_url = ""
         self._agents: dict[str, Callable[..., Any]] = {}
+
+    @property
+    def backend(self) -> Backend:
+        return self._backend
+
+    @backend.setter
+    def backend(self, value: Backend) -> None:
+        """A new engine view (the asynchronous producer's versioned one) serves the gateway."""
+        self._backend = value
+        self.gateway.engine.backend = value
+
+    def __copy__(self) -> AgentRunner:
+        """A runner on the same pool and engine with a gateway of its own (the asynchronous
+        producer plays its groups through a copy); its gateway closes with it."""
+        new = AgentRunner(self.pool, self._backend, self.tokenizer, self.settings,
+                          syntax=self.fmt.syntax)  # fmt: skip
+        new._agents, new.activity = self._agents, self.activity
+        weakref.finalize(new, new.gateway.close)
+        return new
 
     def _url(self) -> str:
         if not self.base_url:
