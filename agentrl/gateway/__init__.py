@@ -11,7 +11,8 @@ call per session, and the rollout source that trains agent programs through it (
 Needs the ``serve`` extra (starlette, uvicorn). See docs/agents.md.
 """
 
+from .runner import AgentRunner
 from .server import SESSION_HEADER, Gateway
 from .sessions import CallRecord, Outcome, Session
 
-__all__ = ["SESSION_HEADER", "CallRecord", "Gateway", "Outcome", "Session"]
+__all__ = ["SESSION_HEADER", "AgentRunner", "CallRecord", "Gateway", "Outcome", "Session"]

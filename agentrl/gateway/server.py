@@ -76,7 +76,8 @@ class Gateway:
     """An OpenAI-compatible server in front of ``backend`` (see the module docstring).
 
     Args:
-        backend / tokenizer: the policy's engine and tokenizer (its chat template renders).
+        backend: the policy's engine.
+        tokenizer: the policy's tokenizer (its chat template renders the prompts).
         model_name: the id ``/v1/models`` lists (any ``model`` a request names is accepted).
         open_sessions: a call naming an unknown session opens it (standalone use); ``False``:
             only sessions opened with :meth:`open_session` take calls (the trainer's).
