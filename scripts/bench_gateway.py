@@ -14,15 +14,18 @@
   tokens at once): the HTTP round trip and the gateway's own work, client included, without the
   thread hand-offs competing with a running engine.
 - concurrency: N sessions, each a thread with its own HTTP client making ``--per-session`` calls
-  of a growing dialogue; calls/s over the whole run, against the engine's own calls/s when it is
+  of a growing dialogue, spread over ``--procs`` client processes (so the clients do not share
+  the server's interpreter); calls/s over the whole run, against the engine's own calls/s when it is
   given the same prompts N at a time (batched: what the gateway's engine thread can do at best).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
-import threading
+import subprocess
+import sys
 import time
 
 import httpx
@@ -101,41 +104,59 @@ def _messages():
     return parse_request({"messages": MSGS}).messages
 
 
-def concurrency(gw: Gateway, backend: HFBackend, sessions: list[int], per: int, tokens: int):
+#: One client process: ``threads`` sessions, ``per`` calls each, started at ``start`` (epoch s);
+#: prints the calls made and the time the last one ended. Only httpx is imported (fast start).
+CLIENT = """
+import json, sys, threading, time
+import httpx
+url, prefix, threads, per, tokens, start = sys.argv[1], sys.argv[2], *map(float, sys.argv[3:7])
+msgs0 = json.loads(sys.argv[7])
+done = []
+def session(k):
+    msgs = list(msgs0)
+    with httpx.Client(base_url=url, timeout=600, headers={"Authorization": f"Bearer {prefix}-{k}"}) as h:
+        for _ in range(int(per)):
+            r = h.post("/chat/completions", json={"model": "x", "messages": msgs, "max_tokens": int(tokens)})
+            r.raise_for_status()
+            msgs = [*msgs, r.json()["choices"][0]["message"], {"role": "user", "content": "go on"}]
+            done.append(1)
+time.sleep(max(0.0, start - time.time()))
+ts = [threading.Thread(target=session, args=(k,)) for k in range(int(threads))]
+[t.start() for t in ts]
+[t.join() for t in ts]
+print(len(done), time.time())
+"""
+
+
+def concurrency(
+    gw: Gateway, backend: HFBackend, sessions: list[int], per: int, tokens: int, procs: int
+) -> None:
+    """N sessions in ``procs`` client processes (threads inside), all starting at one moment."""
     for n in sessions:
-        done = [0]
-        lock = threading.Lock()
-
-        def session(k: int, n: int = n, lock: threading.Lock = lock, done: list = done) -> None:
-            msgs = list(MSGS)
-            with httpx.Client(base_url=gw.base_url, timeout=600,
-                              headers={"Authorization": f"Bearer c{n}-{k}"}) as http:  # fmt: skip
-                for _ in range(per):
-                    body = {"model": "x", "messages": msgs, "max_tokens": tokens}
-                    r = http.post("/chat/completions", json=body)
-                    r.raise_for_status()
-                    msgs = [*msgs, r.json()["choices"][0]["message"],
-                            {"role": "user", "content": "go on"}]  # fmt: skip
-                    with lock:
-                        done[0] += 1
-
-        t0 = time.perf_counter()
-        threads = [threading.Thread(target=session, args=(k,)) for k in range(n)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wall = time.perf_counter() - t0
+        k = min(n, procs)
+        start = time.time() + 5.0  # every client process has imported httpx by then
+        clients = [
+            subprocess.Popen(
+                [sys.executable, "-c", CLIENT, gw.base_url, f"c{n}-{i}",
+                 str(n // k + (i < n % k)), str(per), str(tokens), str(start), json.dumps(MSGS)],
+                stdout=subprocess.PIPE, text=True,
+            )
+            for i in range(k)
+        ]  # fmt: skip
+        calls0 = gw.engine.calls
+        outs = [c.communicate(timeout=600)[0].split() for c in clients]
+        made, last = sum(int(o[0]) for o in outs), max(float(o[1]) for o in outs)
+        rate = made / (last - start)
         # the engine alone: the same number of calls, n prompts per generate call
         prompt = gw.renderer.full(_messages(), ())
         sampling = SamplingParams(max_new_tokens=tokens, temperature=1.0, seed=0)
         t1 = time.perf_counter()
         for _ in range(per):
             backend.generate([prompt] * n, sampling)
-        eng = time.perf_counter() - t1
-        print(f"{n:3d} sessions x {per} calls: {done[0] / wall:7.1f} calls/s through the gateway "
-              f"({gw.engine.calls} engine calls so far); engine alone, {n} prompts a call: "
-              f"{n * per / eng:7.1f} calls/s; ratio {(done[0] / wall) / (n * per / eng):.2f}")  # fmt: skip
+        eng = n * per / (time.perf_counter() - t1)
+        print(f"{n:3d} sessions x {per} calls ({k} client processes): {rate:7.1f} calls/s through "
+              f"the gateway, {made} calls in {gw.engine.calls - calls0} engine calls; the engine "
+              f"alone, {n} prompts a call: {eng:7.1f} calls/s; ratio {rate / eng:.2f}")  # fmt: skip
 
 
 def main() -> None:
@@ -145,6 +166,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=8)
     ap.add_argument("--sessions", type=int, nargs="+", default=[1, 16, 64])
     ap.add_argument("--per-session", type=int, default=4)
+    ap.add_argument("--procs", type=int, default=4, help="client processes (sessions split)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -157,7 +179,7 @@ def main() -> None:
             overhead(gw, backend, tok, args.calls, args.tokens)
             alone(tok, args.calls)
         if args.only in (None, "concurrency"):
-            concurrency(gw, backend, args.sessions, args.per_session, args.tokens)
+            concurrency(gw, backend, args.sessions, args.per_session, args.tokens, args.procs)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -85,6 +86,12 @@ class Gateway:
         seed: the sampling seed of calls in sessions that pin none and requests that set none.
         syntax: the tool-call syntax (default: read from the chat template).
         version: the weights' version, for engines that do not report it per generation.
+        switch_interval: the interpreter's thread switch interval (s) while the gateway serves
+            (``sys.setswitchinterval``; restored on :meth:`close`; ``None``: left as it is). The
+            HTTP loop and an in-process engine share one interpreter, and at the default 5 ms the
+            loop waits for the engine thread's Python between every step of a request; 0.5 ms
+            lets it take and answer requests while the engine samples
+            (docs/benchmarks.md, "Gateway overhead per call").
     """
 
     def __init__(
@@ -98,6 +105,7 @@ class Gateway:
         seed: int = 0,
         syntax: str | None = None,
         version: Callable[[], int] | None = None,
+        switch_interval: float | None = 0.0005,
     ):
         self.tokenizer, self.model_name = tokenizer, model_name
         template = getattr(tokenizer, "chat_template", None)
@@ -116,6 +124,8 @@ class Gateway:
                 Route("/health", lambda _: JSONResponse({"ok": True}), methods=["GET"]),
             ]
         )
+        self.switch_interval = switch_interval
+        self._saved_interval: float | None = None
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self.base_url = ""
@@ -139,6 +149,9 @@ class Gateway:
                 raise RuntimeError(f"the gateway could not start on {host}:{port}")
             time.sleep(0.01)
         self.base_url = f"http://{host}:{sock.getsockname()[1]}/v1"
+        if self.switch_interval is not None and self._saved_interval is None:
+            self._saved_interval = sys.getswitchinterval()
+            sys.setswitchinterval(self.switch_interval)
         return self.base_url
 
     def close(self) -> None:
@@ -149,6 +162,9 @@ class Gateway:
                 self._thread.join(timeout=10)
             self._server = None
         self.engine.close()
+        if self._saved_interval is not None:
+            sys.setswitchinterval(self._saved_interval)
+            self._saved_interval = None
 
     def __enter__(self) -> Gateway:
         return self
