@@ -243,7 +243,7 @@ class Gateway:
         if session.max_tokens is not None:
             cap = min(cap, session.max_tokens)
         seed = session.seed if session.seed is not None else req.seed
-        index = len(session.calls)
+        index = session.next_request()
         request_id = 0 if seed is not None and session.seed is None else (
             zlib.crc32(f"{session.name}/{index}".encode()) & 0x7FFFFFFF)  # fmt: skip
         stop = () if self.renderer.stop_id is None else (self.renderer.stop_id,)

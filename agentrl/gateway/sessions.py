@@ -132,7 +132,14 @@ class Session:
     outcome: Outcome | None = None
     closed: bool = False
     prefix_breaks: int = 0
+    submitted: int = 0  # calls sent to the engine so far (numbers their request ids)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def next_request(self) -> int:
+        """The number of the call being submitted (parallel calls get different ones)."""
+        with self.lock:
+            self.submitted += 1
+            return self.submitted - 1
 
     def base(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]):
         """The latest call this one continues (its messages, then its reply unchanged, then new
