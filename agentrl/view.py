@@ -137,7 +137,8 @@ def serve(path: Path, port: int) -> None:
     """Serve ``path``'s folder on 127.0.0.1 until Ctrl-C (the server closes on the way out)."""
     handler = lambda *a: http.server.SimpleHTTPRequestHandler(*a, directory=str(path.parent))  # noqa: E731
     with socketserver.TCPServer(("127.0.0.1", port), handler) as httpd:
-        print(f"serving http://127.0.0.1:{httpd.server_address[1]}/{path.name} (Ctrl-C stops)")
+        print(f"serving http://127.0.0.1:{httpd.server_address[1]}/{path.name} (Ctrl-C stops)",
+              flush=True)  # fmt: skip
         try:
             httpd.serve_forever()
         except KeyboardInterrupt:
@@ -164,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(build_page(runs), encoding="utf-8")
     n_ep = sum(len(f["episodes"]) for r in runs for f in r["files"])
-    print(f"wrote {out} ({len(runs)} run(s), {n_ep} episodes, {out.stat().st_size // 1024} KiB)")
+    print(f"wrote {out} ({len(runs)} run(s), {n_ep} episodes, {out.stat().st_size // 1024} KiB)",
+          flush=True)  # fmt: skip
     if args.serve:
         try:
             serve(out, args.port)
