@@ -88,6 +88,27 @@ def test_evaluations_trace_the_first_held_out_tasks(run):
             assert len(e["steps"]) >= 1 and "advantage" not in e["steps"][0]
 
 
+@pytest.mark.parametrize(
+    ("name", "keys"),
+    [
+        ("hgpo", {"history_k1_group", "history_k1_size", "history_k2_group", "step_return"}),
+        ("grpo", {"episode_group", "episode_group_size", "episode_return", "episode_baseline"}),
+    ],
+)
+def test_other_modules_trace_their_groups(tmp_path, name, keys):
+    cfg = make_cfg(*SMOKE, f"credit={name}", "trainer.iterations=1", "trainer.eval_initial=false",
+                   "trainer.traces.eval_episodes=0")  # fmt: skip
+    train(load_config(cfg), tmp_path)
+    _, episodes = read_trace(tmp_path / "traces" / "train_000001.jsonl")
+    for e in episodes:
+        for s in e["steps"]:
+            assert keys <= set(s["credit"]), s["credit"]
+            if name == "grpo":  # the episode baseline: the group's mean return
+                same = [x["return"] for x in episodes if x["group"] == e["group"]]
+                assert s["credit"]["episode_baseline"] == pytest.approx(np.mean(same), abs=1e-5)
+                assert "anchor_group" not in s["credit"]
+
+
 def test_traces_off_and_gzip(tmp_path):
     cfg = make_cfg(*SMOKE, "trainer.iterations=1", "trainer.traces.every=0",
                    "trainer.traces.eval_episodes=0", "trainer.eval_initial=false")  # fmt: skip

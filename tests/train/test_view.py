@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
+from playwright.sync_api import sync_playwright
 
 from agentrl.config import load_config
 from agentrl.evaluate import evaluate
@@ -64,8 +65,7 @@ def html(runs, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    sync_api = pytest.importorskip("playwright.sync_api", reason="the dev extra installs it")
-    with sync_api.sync_playwright() as p:
+    with sync_playwright() as p:
         b = p.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
         yield b
         b.close()
