@@ -207,6 +207,23 @@ def test_the_cli_refuses_a_folder_without_traces_in_one_line(tmp_path):
     assert proc.stderr.count("\n") == 1 and "no trace files" in proc.stderr
 
 
+def test_a_cut_last_line_is_left_out_and_a_broken_file_refused(runs, tmp_path):
+    """A run killed mid-write leaves a cut last line: read without it. A line broken elsewhere is
+    the file's problem, named in one line."""
+    folder = tmp_path / "run" / "traces"
+    folder.mkdir(parents=True)
+    src = (runs["expert"] / "traces" / "eval_expert.jsonl").read_text().splitlines()
+    (folder / "eval_expert.jsonl").write_text("\n".join(src) + "\n" + src[-1][:40])
+    _, episodes = read_trace(folder / "eval_expert.jsonl")
+    assert len(episodes) == len(src) - 1
+    (folder / "eval_expert.jsonl").write_text("\n".join([src[0], src[1][:40], *src[2:]]))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "agentrl.view", str(tmp_path / "run")], env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "line 2 is not JSON" in proc.stderr
+
+
 def test_serve_serves_the_page_until_ctrl_c(runs, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = tmp_path / "page.html"
