@@ -113,7 +113,8 @@ def build_page(runs: list[dict[str, Any]]) -> str:
     assets = resources.files("agentrl") / "assets"
     page = (assets / "trace_viewer.html").read_text(encoding="utf-8")
     data = json.dumps({"runs": runs}, ensure_ascii=False, separators=(",", ":"))
-    data = data.replace("</", "<\\/")  # no "</script>" inside the data block
+    # "<" only occurs inside JSON strings: as \u003c no "</script>" or "<!--" reaches the parser
+    data = data.replace("<", "\\u003c")
     parts = {
         "/*STYLE*/": (assets / "trace_viewer.css").read_text(encoding="utf-8"),
         "/*SCRIPT*/": (assets / "trace_viewer.js").read_text(encoding="utf-8"),

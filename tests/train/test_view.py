@@ -241,3 +241,28 @@ def test_serve_serves_the_page_until_ctrl_c(runs, tmp_path):
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=10) == 0
+
+
+def test_texts_cannot_break_out_of_the_page(browser, tmp_path):
+    """Observations and responses are data: markup in them is shown as text, never parsed."""
+    evil = '</script><!--<script>x</script><img src=x onerror="document.title=1">'
+    folder = tmp_path / "run" / "traces"
+    folder.mkdir(parents=True)
+    step = {"t": 0, "agent": None, "observation": evil, "prompt_text": evil, "response_text": evil,
+            "action": evil, "valid": False, "why_invalid": evil, "reward": 0.0, "state_key": evil}  # fmt: skip
+    episode = {"type": "episode", "env": "E", "task_id": evil, "category": evil, "group": 0,
+               "traj": 0, "agent": None, "agents": [], "won": False, "score": 0.0, "return": 0.0,
+               "outcome": "lost", "invalid_actions": 1, "steps": [step]}  # fmt: skip
+    lines = [{"type": "meta", "kind": "eval", "phase": "x"}, episode]
+    (folder / "eval_x.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    out = tmp_path / "page.html"
+    assert view_main([str(tmp_path / "run"), "-o", str(out)]) == 0
+    pg = browser.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.goto(out.as_uri())
+    pg.click("tr.episode")
+    assert evil in pg.inner_text("#episode .obs")
+    assert pg.locator("#episode img").count() == 0 and pg.title() == "agentrl traces"
+    pg.close()
+    assert errors == []
