@@ -43,8 +43,13 @@ def _sizes(codes: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+#: The modules whose episode term subtracts a baseline :func:`_episode` can name.
+_EPISODE_BASELINE = ("grpo", "rloo", "gigpo", "hgpo")
+
+
 def _episode(batch: StepBatch, name: str, o: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """Episode group, its size in rollouts, the rollout's return and the episode baseline."""
+    """Episode group, its size in rollouts, the rollout's return and the episode baseline (for the
+    modules of :data:`_EPISODE_BASELINE`; others get the group's mean return, named as such)."""
     R = batch.episode_return
     tg, ng = batch.traj_group, batch.num_groups
     out = {
@@ -52,6 +57,9 @@ def _episode(batch: StepBatch, name: str, o: Mapping[str, Any]) -> dict[str, np.
         "episode_group_size": np.bincount(tg, minlength=ng)[batch.group_index],
         "episode_return": R[batch.traj_index],
     }
+    if name not in _EPISODE_BASELINE or (name == "hgpo" and not o.get("base_group")):
+        out["episode_mean_return"] = segment_mean(R, tg, ng)[0][batch.group_index]
+        return out
     penalty = float(o.get("invalid_penalty") or 0.0)
     stats = o.get("stats", o.get("episode_stats", "per_trajectory"))
     if name == "rloo":  # the mean of the group's other rollouts (or other rows)
@@ -75,7 +83,8 @@ def _episode(batch: StepBatch, name: str, o: Mapping[str, Any]) -> dict[str, np.
 def step_groups(batch: StepBatch, name: str, **options: Any) -> dict[str, np.ndarray]:
     """Per row, the groups and baselines module ``name`` (with ``options``) formed its advantage
     against; every array has one entry per batch row. Keys: ``episode_group``,
-    ``episode_group_size``, ``episode_return``, ``episode_baseline`` (every module); with GiGPO
+    ``episode_group_size``, ``episode_return`` (every module), ``episode_baseline`` (GRPO, RLOO,
+    GiGPO, HGPO with ``base_group``) or ``episode_mean_return`` (the others); with GiGPO
     ``anchor_group``, ``anchor_size``, ``step_return``, ``anchor_baseline``; with HGPO
     ``step_return`` and ``history_k<k>_group``/``history_k<k>_size`` (-1 / 0: the step is too early
     for depth k); with ``compose``, those of its base and terms (the first one to name a key wins).

@@ -233,7 +233,8 @@
     // the episode group: the other rollouts of the task and their returns
     const members = f.episodes.filter((e) => e.group === ep.group);
     panel.append(h("h4", {}, `episode group (${members.length} rollouts)`),
-      c.episode_baseline !== undefined ? h("div", { class: "muted" }, `baseline ${f3(c.episode_baseline)}`) : null,
+      c.episode_baseline !== undefined ? h("div", { class: "muted" }, `baseline ${f3(c.episode_baseline)}`)
+        : c.episode_mean_return !== undefined ? h("div", { class: "muted" }, `mean return ${f3(c.episode_mean_return)} (no episode baseline in this module)`) : null,
       h("table", { class: "members" }, h("tr", {}, h("th", {}, "traj"), h("th", {}, "return"), h("th", {}, "outcome")),
         ...members.map((e) => h("tr", { class: e === ep ? "on" : null, style: e === ep ? "font-weight:600" : null },
           h("td", {}, e.traj), h("td", {}, f3(e.return)), h("td", {}, outcome(e))))));

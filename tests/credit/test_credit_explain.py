@@ -60,5 +60,7 @@ def test_compose_reports_its_parts_and_other_modules_the_episode(batch):
     g = step_groups(batch, "compose", base="rloo", terms=[{"name": "gigpo", "weight": 0.5}])
     assert {"anchor_group", "episode_baseline"} <= set(g)
     assert set(step_groups(batch, "turn")) == {
-        "episode_group", "episode_group_size", "episode_return", "episode_baseline"
+        "episode_group", "episode_group_size", "episode_return", "episode_mean_return"
     }  # fmt: skip
+    assert "episode_baseline" in step_groups(batch, "hgpo", base_group=True)
+    assert "episode_baseline" not in step_groups(batch, "hgpo")

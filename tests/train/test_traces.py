@@ -91,7 +91,7 @@ def test_evaluations_trace_the_first_held_out_tasks(run):
 @pytest.mark.parametrize(
     ("name", "keys"),
     [
-        ("hgpo", {"history_k1_group", "history_k1_size", "history_k2_group", "step_return"}),
+        ("hgpo", {"history_k1_group", "history_k2_group", "step_return", "episode_mean_return"}),
         ("grpo", {"episode_group", "episode_group_size", "episode_return", "episode_baseline"}),
     ],
 )
