@@ -166,6 +166,13 @@
     root.append(h("h3", {}, `episode ${ep.traj}`, ep.agent ? ` (${ep.agent})` : "", " · ", outcome(ep),
       h("span", { class: "muted" }, ` · task ${ep.task_id} · ${ep.category} · return ${f3(ep.return)} · score ${f3(ep.score)}` +
         (ep.error ? ` · ${ep.error}` : ""))));
+    if (ep.game !== undefined) {  // one agent's view of a game: the other agents' views of it
+      const others = f.episodes.filter((e) => e.game === ep.game && e !== ep);
+      root.append(h("div", { class: "meta game" }, `game ${ep.game}; the other agents' views: `,
+        ...others.map((e) => h("a", { href: "#", "data-traj": e.traj, on: interactive ? { click: (ev) => {
+          ev.preventDefault(); S.traj = episodeKey(e); S.step = S.token = null; render(); } } : {} },
+          `${e.agent} (traj ${e.traj}, ${e.outcome}) `))));
+    }
     ep.steps.forEach((s, i) => root.append(renderStep(ep, s, i, f, scale, interactive)));
   }
 

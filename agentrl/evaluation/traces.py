@@ -3,7 +3,8 @@
 One file per traced iteration (``train_000001.jsonl``) or evaluation (``eval_final.jsonl``): a
 first line ``{"type": "meta", ...}`` (what the file is: run kind, iteration, phase, env, credit
 module), then one line ``{"type": "episode", ...}`` per episode (a multi-agent episode in training:
-one line per agent, as the step batch has it), its steps inside. JSON lines because they stream
+one line per agent, as the step batch has it, with ``game``: the episode it is a view of), its
+steps inside. JSON lines because they stream
 (a file is written episode by episode, and a run cut short leaves whole lines), need no
 dependency, read with ``head``/``jq``/``pandas.read_json(lines=True)``, and are what the viewer
 (``python -m agentrl.view``) and the trackers load; ``trainer.traces.gzip`` compresses them.

@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import credit
 from ..config import TrainConfig
-from ..episodes import EpisodeResult, agent_views
+from ..episodes import AGENT_STRIDE, EpisodeResult, agent_views
 from ..evaluation.traces import TraceFile, episode_line, plain, step_line
 from ..learner.capture import TokenCapture
 from ..learner.sequences import StepSequence
@@ -143,7 +143,10 @@ class Tracer:
             by_traj.setdefault(ep.traj, (ep, []))[1].append(line)
         with TraceFile(self.folder, f"train_{p['it'] + 1:06d}", meta, self.tc.gzip) as f:
             for ep, steps in by_traj.values():
-                f.write(episode_line(ep, self.cfg.env.id, steps=steps))
+                line = episode_line(ep, self.cfg.env.id, steps=steps)
+                if ep.agent is not None:  # one agent's view: the game it is a part of
+                    line["game"] = ep.traj // AGENT_STRIDE
+                f.write(line)
         self._to_trackers(f.path, p["it"] + 1)
         return f.path
 

@@ -166,6 +166,13 @@ def test_multi_agent_tool_call_episodes_open_with_their_agents(page, runs):
     page.locator("tr.episode").first.click()
     assert page.locator("#episode .badge.agent").first.inner_text() == "player_1"
     assert "<tool_call>" in page.inner_text("#episode .step")
+    # the other agent's view of the same game, one click away
+    mine = next(e for e in episodes if e["agent"] == "player_1")
+    page.click(f"tr.episode[data-traj='{mine['traj']}']")
+    other = next(e for e in episodes if e["game"] == mine["game"] and e is not mine)
+    page.select_option("#f-agent", "")
+    page.click(f".game a[data-traj='{other['traj']}']")
+    assert page.locator("#episode .badge.agent").first.inner_text() == other["agent"] == "player_0"
 
 
 def test_filters_by_outcome_and_invalid_actions(page, runs):
