@@ -12,6 +12,7 @@ the trackers that take traces (a W&B table, an MLflow artifact).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,8 @@ class Tracer:
             groups = credit.step_groups(batch, self.cfg.credit.name, **options)
         except Exception as exc:  # noqa: BLE001 - a trace must never stop training
             groups = {}
-            print(f"warning: traces: the credit groups could not be recomputed: {exc}")
+            print(f"warning: traces: the credit groups could not be recomputed: {exc}",
+                  file=sys.stderr)  # fmt: skip
         traced = [seqs[k].step_row for *_, k in rows]
         learner.capture = TokenCapture(traced, learner.cfg.clip_low, learner.cfg.clip_high)
         # the weights that sampled the rows: the learner's now, unless rollouts run ahead
@@ -141,14 +143,13 @@ class Tracer:
                 elif seqs[k].versions is not None:
                     tokens["version"] = [int(v) for v in seqs[k].versions]
             by_traj.setdefault(ep.traj, (ep, []))[1].append(line)
-        with TraceFile(self.folder, f"train_{p['it'] + 1:06d}", meta, self.tc.gzip) as f:
-            for ep, steps in by_traj.values():
-                line = episode_line(ep, self.cfg.env.id, steps=steps)
-                if ep.agent is not None:  # one agent's view: the game it is a part of
-                    line["game"] = ep.traj // AGENT_STRIDE
-                f.write(line)
-        self._to_trackers(f.path, p["it"] + 1)
-        return f.path
+        lines = []
+        for ep, steps in by_traj.values():
+            line = episode_line(ep, self.cfg.env.id, steps=steps)
+            if ep.agent is not None:  # one agent's view: the game it is a part of
+                line["game"] = ep.traj // AGENT_STRIDE
+            lines.append(line)
+        return self._write(f"train_{p['it'] + 1:06d}", meta, lines, p["it"] + 1)
 
     # -- evaluation ------------------------------------------------------------------------------
     def evaluation(self, label: str, iteration: int, eps: Sequence[EpisodeResult]) -> Path | None:
@@ -158,11 +159,23 @@ class Tracer:
             return None
         meta = self._meta(kind="eval", iteration=iteration, phase=label,
                           greedy=self.cfg.rollout.eval_temperature == 0)  # fmt: skip
-        with TraceFile(self.folder, f"eval_{label}", meta, self.tc.gzip) as f:
-            for ep in list(eps)[:n]:
-                f.write(episode_line(ep, self.cfg.env.id, decode=self.decode,
-                                     max_chars=self.tc.max_chars))  # fmt: skip
-        self._to_trackers(f.path, iteration)
+        lines = [
+            episode_line(ep, self.cfg.env.id, decode=self.decode, max_chars=self.tc.max_chars)
+            for ep in list(eps)[:n]
+        ]
+        return self._write(f"eval_{label}", meta, lines, iteration)
+
+    def _write(self, name: str, meta: dict[str, Any], lines: list, step: int) -> Path | None:
+        """The file, then the trackers; a file that cannot be written (a full disk, a read-only
+        folder) is a warning, never the end of the run."""
+        try:
+            with TraceFile(self.folder, name, meta, self.tc.gzip) as f:
+                for line in lines:
+                    f.write(line)
+        except OSError as exc:
+            print(f"warning: traces: {name} not written: {exc}", file=sys.stderr)
+            return None
+        self._to_trackers(f.path, step)
         return f.path
 
     def _to_trackers(self, path: Path, step: int) -> None:
@@ -170,4 +183,5 @@ class Tracer:
             try:
                 tr.log_traces(path, step)
             except Exception as exc:  # noqa: BLE001 - a tracker must not stop training
-                print(f"warning: {type(tr).__name__} could not take {path.name}: {exc}")
+                print(f"warning: {type(tr).__name__} could not take {path.name}: {exc}",
+                      file=sys.stderr)  # fmt: skip

@@ -122,3 +122,13 @@ def test_traces_off_and_gzip(tmp_path):
     _, episodes = read_trace(files[1])
     assert len(episodes) == 8  # two groups (the default) of 4
     assert all(len(s["prompt_text"]) <= 101 for e in episodes for s in e["steps"])
+
+
+def test_traces_that_cannot_be_written_warn_and_training_goes_on(tmp_path, capsys):
+    (tmp_path / "traces").write_text("a file where the folder would go")
+    cfg = make_cfg(*SMOKE, "trainer.iterations=1", "trainer.eval_initial=false")
+    summary = train(load_config(cfg), tmp_path)
+    assert summary.iterations == 1
+    err = capsys.readouterr().err
+    assert "warning: traces: train_000001 not written" in err
+    assert "warning: traces: eval_final not written" in err
