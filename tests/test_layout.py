@@ -31,6 +31,7 @@ ENTRY_POINTS = {
     "agentrl.evaluate",
     "agentrl.plot",
     "agentrl.check_env",
+    "agentrl.view",
 }
 SERVICES = (
     "pool",

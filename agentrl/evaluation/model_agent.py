@@ -33,7 +33,7 @@ backend seeds request ``i`` from it), so a rerun with the same ``num_envs`` is i
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -361,9 +361,11 @@ class ModelAgent:
         step_timeout: float | None = None,
         progress: bool = False,
         pool_options: Mapping[str, Any] | None = None,
+        on_result: Callable[[int, Any], None] | None = None,
     ) -> list[EpisodeRecord]:
         """Play every task once, ``num_envs`` at a time; records in task order. ``pool_options``
-        go to :func:`agentrl.pool.make_pool` (``backend="ray"`` and its actor settings)."""
+        go to :func:`agentrl.pool.make_pool` (``backend="ray"`` and its actor settings);
+        ``on_result(task index, episode)`` gets each finished ``EpisodeResult`` (traces)."""
         if max_steps is None or max_steps < 1:
             raise ValueError(
                 f"agent={self.name} needs a step cap (max_steps >= 1), got {max_steps}"
@@ -387,6 +389,8 @@ class ModelAgent:
 
         def record(k: int, ep: Any) -> None:
             records[k] = record_from_rollout(ep, env)
+            if on_result is not None:
+                on_result(k, ep)
             if bar is not None:
                 wins = sum(r.won for r in records.values())
                 bar.update(bar_task, advance=1, status=f"success {wins}/{len(records)}")
