@@ -69,7 +69,9 @@ class AgentTasksEnv(TextEnv):
     Args:
         tasks: JSON-lines file of the training tasks (``None``: the built-in lookup tasks).
         eval_tasks: JSON-lines file of the held-out tasks (default: ``tasks``).
-        agent: ``MODULE:FUNCTION``, called as ``FUNCTION(base_url, api_key, task)`` per episode.
+        agent: ``MODULE:FUNCTION`` (or ``FILE.py:FUNCTION``), called per episode as
+            ``FUNCTION(base_url, api_key, task)``, or ``FUNCTION(task, client)`` with an
+            ``openai.OpenAI`` client bound to the episode's session.
         command: a command line run per episode instead (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``,
             ``AGENTRL_TASK``, ``AGENTRL_REWARD_URL`` set).
         timeout: seconds an episode may take.

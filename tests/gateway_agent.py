@@ -52,6 +52,13 @@ def shaped(base_url: str, api_key: str, task: dict) -> dict:
             "success": True}  # fmt: skip
 
 
+def with_client(task: dict, client: OpenAI) -> float:
+    """The other signature: the task and an OpenAI client already bound to the session."""
+    client.chat.completions.create(model="p", messages=[{"role": "user", "content": task["question"]}],
+                                   max_tokens=3)  # fmt: skip
+    return 0.5
+
+
 def silent(base_url: str, api_key: str, task: dict) -> float:
     """Never calls the model."""
     return 1.0

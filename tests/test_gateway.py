@@ -275,11 +275,12 @@ def test_an_openai_sdk_agent_program_trains_two_iterations(tmp_path):
     [
         ({"agent": f"{AGENT}:shaped"}, None, ""),
         ({"command": f"{sys.executable} {AGENT}"}, None, ""),
+        ({"agent": f"{AGENT}:with_client"}, None, ""),
         ({"agent": f"{AGENT}:silent"}, "exception", "never called the model"),
         ({"agent": f"{AGENT}:hangs", "timeout": 1.0}, "timeout", "ran past 1 s"),
         ({"agent": f"{AGENT}:play"}, "exception", "raised RuntimeError: this task always fails"),
     ],
-    ids=["step-rewards", "command", "no-calls", "timeout", "raises"],
+    ids=["step-rewards", "command", "task-and-client", "no-calls", "timeout", "raises"],
 )
 def test_the_agent_runner_turns_sessions_into_steps_or_cuts_the_episode(
     tiny, tasks_file, program, fault, why
@@ -304,13 +305,13 @@ def test_the_agent_runner_turns_sessions_into_steps_or_cuts_the_episode(
     for ep in eps:
         for s in ep.steps:  # the engine's own ids and log-probs, one per sampled token
             assert s.response_ids and len(s.logprobs) == len(s.response_ids) <= 8
-    if "agent" in program:  # step rewards and state keys as the program gave them
+    if program.get("agent", "").endswith(":shaped"):  # step rewards and state keys as given
         for ep in eps:
             assert [s.reward for s in ep.steps] == [0.25, 0.75] and ep.won
             assert [s.state_key for s in ep.steps] == ["start", "middle"]
             assert ep.steps[0].next_state_key == "middle"
             assert ep.steps[1].prompt_ids[: len(ep.steps[0].prompt_ids)] == ep.steps[0].prompt_ids
-    else:  # the command's last printed line is its reward, on its one step
+    else:  # one call, its reward (the command's last printed line, the function's value)
         assert [[s.reward for s in ep.steps] for ep in eps] == [[0.5], [0.5]]
     assert stats.episodes == 2 and stats.counters["gateway/prefix_breaks"] == 0
 

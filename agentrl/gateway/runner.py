@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import json
 import logging
 import os
@@ -33,6 +34,8 @@ import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+import openai
 
 from ..backends.base import Backend
 from ..config import ConfigError
@@ -67,6 +70,19 @@ def load_agent(spec: str) -> Callable[..., Any]:
     if not callable(fn):
         raise ValueError(f"env.kwargs.agent={spec!r} is not callable")
     return fn
+
+
+def _takes_client(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` is ``play(task, client)`` (two parameters) rather than
+    ``play(base_url, api_key, task)`` (three)."""
+    try:
+        params = [
+            p for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+        ]  # fmt: skip
+    except (TypeError, ValueError):
+        return False
+    return len(params) == 2
 
 
 def _key(prompt_ids: Sequence[int]) -> str:
@@ -285,7 +301,15 @@ class AgentRunner:
         task = json.loads(task_text)
         try:
             if program.get("agent"):
-                value = self._agents[program["agent"]](url, name, task)
+                fn = self._agents[program["agent"]]
+                if _takes_client(fn):  # play(task, client): an OpenAI client bound to the session
+                    client = openai.OpenAI(base_url=url, api_key=name, max_retries=0)
+                    try:
+                        value = fn(task, client)
+                    finally:
+                        client.close()
+                else:
+                    value = fn(url, name, task)
             else:
                 value = self._command(program, task, url, name)
         except subprocess.TimeoutExpired:
