@@ -21,7 +21,7 @@ from agentrl.backends.hf import HFBackend
 from agentrl.config import load_config
 from agentrl.episodes import RolloutStats
 from agentrl.gateway import Gateway
-from agentrl.gateway.runner import AgentRunner
+from agentrl.gateway.runner import AgentRunner, load_agent
 from agentrl.models import load_model
 from agentrl.pool import EnvSpec, ResetSpec, make_pool
 from agentrl.recipe import train
@@ -127,15 +127,24 @@ def test_models_and_a_completion_record_the_engines_exact_tokens(gateway, tiny):
     assert rec.prompt_ids == template_ids(tok, MSGS)
     assert choice.message.content == tok.decode(rec.response_ids, skip_special_tokens=True)
     # the recorded ids are what the engine samples for that prompt, seed and request id
+    assert_engine_sampled(gateway, rec, tok)
+
+
+def assert_engine_sampled(gw: Gateway, rec, tok, temperature: float = 1.0) -> None:
+    """The call's recorded ids and log-probs are what the engine samples again for its prompt,
+    seed and request id."""
     s = rec.sampling
-    again = gateway.engine.backend.generate(
+    again = gw.engine.backend.generate(
         [rec.prompt_ids],
-        SamplingParams(max_new_tokens=s["max_new_tokens"], temperature=1.0,
+        SamplingParams(max_new_tokens=s["max_new_tokens"], temperature=temperature,
                        stop_token_ids=(tok.eos_token_id,), seed=s["seed"],
                        request_ids=(s["request_id"],)),
     )[0]  # fmt: skip
-    assert again.token_ids == rec.response_ids
-    assert again.logprobs == pytest.approx(rec.logprobs, abs=1e-4)
+    n = len(rec.response_ids)
+    if not rec.request.get("stop"):  # a stop string cuts the response after the token ending it
+        assert len(again.token_ids) == n
+    assert again.token_ids[:n] == rec.response_ids
+    assert again.logprobs[:n] == pytest.approx(rec.logprobs, abs=1e-4)
 
 
 def test_streaming_gives_the_same_reply_as_a_plain_call_with_the_same_seed(gateway):
@@ -351,6 +360,84 @@ def test_an_openai_sdk_program_plays_search_v0_through_its_tools(tiny):
         assert len(s.logprobs) == len(s.response_ids)
     head = ep.steps[0].prompt_ids + ep.steps[0].response_ids
     assert ep.steps[1].prompt_ids[: len(head)] == head and not ep.steps[1].extras["prefix_break"]
+
+
+SMOLAGENT = Path(__file__).parents[1] / "examples" / "agents" / "search_smolagent.py"
+
+
+def test_a_smolagents_program_samples_through_the_gateway_as_the_engine_does(gateway, tiny):
+    """smolagents' ToolCallingAgent (examples/agents/search_smolagent.py) on the untrained tiny
+    model: every call it makes is recorded with the ids and log-probs the engine samples again
+    for that prompt, seed and request id. The model writes no valid call, so smolagents uses its
+    steps and then asks for a final answer: 4 calls, reward 0."""
+    _, tok = tiny
+    program = load_agent(f"{SMOLAGENT}:play")
+    out = program(gateway.base_url, "smol", {"id": "1-hop/31", "env": "Search-v0"})
+    assert out["reward"] == 0.0 and out["success"] is False
+    calls = gateway.sessions.get("smol").calls
+    assert len(calls) == len(out["state_keys"]) == 4  # 3 steps, then smolagents' final answer
+    assert calls[0].request["tool_choice"] == "required"  # smolagents' own request, unchanged
+    assert "Observation:" in calls[0].request["stop"]
+    for rec in calls:
+        assert rec.response_ids and len(rec.logprobs) == len(rec.response_ids)
+        assert_engine_sampled(gateway, rec, tok)
+
+
+def test_a_smolagents_program_plays_search_v0_through_its_tools(tiny):
+    """The same program with its calls forced (the tiny model samples noise): smolagents runs
+    Search-v0's search and answer, the steps carry the engine's ids and the env's state keys, and
+    smolagents' text replay of the first call is a history rewrite the gateway counts."""
+    model, tok = tiny
+    backend = Forced(HFBackend(model, tok.pad_token_id), tok)
+    texts = [
+        '<tool_call>\n{"name": "search", "arguments": {"query": "friend of N"}}\n</tool_call>',
+        '<tool_call>\n{"name": "answer", "arguments": {"text": "Q"}}\n</tool_call>',
+    ]
+    backend.texts = list(texts)
+    pool = make_pool([EnvSpec("Agent-v0", {"env": "Search-v0", "agent": f"{SMOLAGENT}:play"})],
+                     num_workers=0)  # fmt: skip
+    runner = AgentRunner(pool, backend, tok, RunnerSettings(max_steps=5, max_new_tokens=128),
+                         syntax="hermes")  # fmt: skip
+    stats = RolloutStats()
+    try:
+        (ep,) = runner.play([ResetSpec(0, None, {"task_id": "1-hop/31"})], temperature=1.0,
+                            seed=0, stats=stats)  # fmt: skip
+    finally:
+        runner.gateway.close()
+        pool.close()
+    assert ep.fault is None and ep.category == "synthetic/1-hop"
+    # the env ended the episode on answer: smolagents was stopped, no third call
+    assert backend.texts == [] and len(ep.steps) == 2
+    assert [s.action for s in ep.steps] == ['search({"query": "friend of N"})', 'answer({"text": "Q"})']
+    assert ep.steps[0].state_key == "1-hop/31|" and ep.steps[1].state_key != ep.steps[0].state_key
+    for s, text in zip(ep.steps, texts):
+        assert s.response_ids == [*tok(text, add_special_tokens=False)["input_ids"], tok.eos_token_id]
+        assert len(s.logprobs) == len(s.response_ids)
+    # smolagents replays the call as "Calling tools: ..." text: the second call trains on its
+    # own prompt, which holds the search's result, and counts a prefix break
+    second = tok.decode(ep.steps[1].prompt_ids)
+    assert "Calling tools:" in second and "Doc 1(Title: N)" in second
+    assert ep.steps[1].extras["prefix_break"] and stats.counters["gateway/prefix_breaks"] == 1
+
+
+def test_a_smolagents_program_trains_two_iterations(tmp_path):
+    """env=agent_search with the smolagents program on the tiny model: 2 iterations of 2 groups of
+    2; every episode is smolagents' 4 calls (the model writes no valid call), all of them trained."""
+    with initialize_config_module("agentrl.configs", version_base=None):
+        raw = compose("train", overrides=[
+            "env=agent_search", "trainer=smoke", f"env.kwargs.agent={SMOLAGENT}:play",
+            "rollout.tasks_per_iter=2", "rollout.group_size=2", "rollout.max_new_tokens=16",
+            "trainer.eval_initial=false", "env.eval_episodes=2", "credit=grpo",
+            "trainer.checkpoint_every=0",
+        ])  # fmt: skip
+    summary = train(load_config(raw), tmp_path)
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    iters = [r for r in rows if r.get("phase") == "train"]
+    assert len(iters) == 2
+    for r in iters:
+        assert r["train/agent_steps"] == 16 and r["loss/sequences_processed"] == 16
+        assert not any(k.startswith("env/errors/") and v for k, v in r.items())
+    assert summary.eval_episodes == 2 and summary.env == "Agent-v0"
 
 
 class Versioned:
