@@ -408,10 +408,16 @@ def test_a_smolagents_program_plays_search_v0_through_its_tools(tiny):
     assert ep.fault is None and ep.category == "synthetic/1-hop"
     # the env ended the episode on answer: smolagents was stopped, no third call
     assert backend.texts == [] and len(ep.steps) == 2
-    assert [s.action for s in ep.steps] == ['search({"query": "friend of N"})', 'answer({"text": "Q"})']
+    assert [s.action for s in ep.steps] == [
+        'search({"query": "friend of N"})',
+        'answer({"text": "Q"})',
+    ]
     assert ep.steps[0].state_key == "1-hop/31|" and ep.steps[1].state_key != ep.steps[0].state_key
     for s, text in zip(ep.steps, texts):
-        assert s.response_ids == [*tok(text, add_special_tokens=False)["input_ids"], tok.eos_token_id]
+        assert s.response_ids == [
+            *tok(text, add_special_tokens=False)["input_ids"],
+            tok.eos_token_id,
+        ]
         assert len(s.logprobs) == len(s.response_ids)
     # smolagents replays the call as "Calling tools: ..." text: the second call trains on its
     # own prompt, which holds the search's result, and counts a prefix break

@@ -14,6 +14,7 @@ the episode's reward with the env's state key before each model call, so step-le
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from agentrl.envs.tools import call_to_action
@@ -79,8 +80,11 @@ def play(base_url: str, api_key: str, task: dict) -> dict:
                       client_kwargs={"max_retries": 0}, max_tokens=64)  # fmt: skip
         templates = PromptTemplates(
             system_prompt=SYSTEM,
-            planning={"initial_plan": "", "update_plan_pre_messages": "",
-                      "update_plan_post_messages": ""},  # fmt: skip
+            planning={
+                "initial_plan": "",
+                "update_plan_pre_messages": "",
+                "update_plan_post_messages": "",
+            },  # fmt: skip
             managed_agent={"task": "", "report": ""},
             final_answer={"pre_messages": "", "post_messages": ""},
         )
@@ -93,10 +97,9 @@ def play(base_url: str, api_key: str, task: dict) -> dict:
         agent = ToolCallingAgent(tools=[search, answer], model=model, prompt_templates=templates,
                                  instructions=info["instruction"], max_steps=MAX_STEPS,
                                  step_callbacks=[stop_when_done], verbosity_level=LogLevel.OFF)  # fmt: skip
-        try:
+        # interrupted once the env ended, or smolagents gave up: the reward stands
+        with contextlib.suppress(AgentError):
             agent.run(obs)
-        except AgentError:
-            pass  # interrupted once the env ended, or smolagents gave up: the reward stands
         return {"reward": state["total"], "success": bool(state["info"].get("won")),
                 "state_keys": keys}  # fmt: skip
     finally:
