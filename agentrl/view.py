@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import http.server
 import json
+import signal
 import socketserver
 import sys
 from importlib import resources
@@ -135,7 +136,11 @@ def _labels(runs: list[Path]) -> list[str]:
 
 
 def serve(path: Path, port: int) -> None:
-    """Serve ``path``'s folder on 127.0.0.1 until Ctrl-C (the server closes on the way out)."""
+    """Serve ``path``'s folder on 127.0.0.1 until Ctrl-C (the server closes on the way out).
+
+    Ctrl-C is made to interrupt even where the parent left SIGINT ignored (a process started
+    in the background by a shell, or by a program that ignores it, inherits that)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     handler = lambda *a: http.server.SimpleHTTPRequestHandler(*a, directory=str(path.parent))  # noqa: E731
     with socketserver.TCPServer(("127.0.0.1", port), handler) as httpd:
         print(f"serving http://127.0.0.1:{httpd.server_address[1]}/{path.name} (Ctrl-C stops)",

@@ -238,6 +238,8 @@ def test_serve_serves_the_page_until_ctrl_c(runs, tmp_path):
         [sys.executable, "-m", "agentrl.view", str(runs["expert"]), "-o", str(out), "--serve",
          "--port", "0"],
         env=env, stdout=subprocess.PIPE, text=True,
+        # started with SIGINT ignored, as a background job inherits it: Ctrl-C still stops it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )  # fmt: skip
     try:
         assert proc.stdout.readline().startswith("wrote ")
