@@ -75,7 +75,9 @@ class HTTPClient:
                 text = reply.read()
         except urllib.error.HTTPError as exc:
             detail = " ".join(exc.read().decode(errors="replace").split())[:300]
-            raise TransferError(f"server {self.base}{path} answered HTTP {exc.code}: {detail}") from None
+            raise TransferError(
+                f"server {self.base}{path} answered HTTP {exc.code}: {detail}"
+            ) from None
         except (OSError, urllib.error.URLError) as exc:
             raise TransferError(f"server {self.base}{path} unreachable: {exc}") from None
         return json.loads(text) if text else None
@@ -151,7 +153,10 @@ def _layout(
     chunks: list[list[tuple[int, int, int]]] = [[]]
     used = 0
     for i, (dtype, shape) in enumerate(zip(dtypes, shapes, strict=True)):
-        n = int(torch.Size(shape).numel()) * torch.empty((), dtype=getattr(torch, dtype)).element_size()
+        n = (
+            int(torch.Size(shape).numel())
+            * torch.empty((), dtype=getattr(torch, dtype)).element_size()
+        )
         if chunks[-1] and used + n > chunk_bytes:
             chunks.append([])
             used = 0
