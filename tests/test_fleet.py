@@ -147,17 +147,21 @@ def test_a_server_with_other_weights_is_refused(fleet, tiny):
 def test_a_hung_server_is_replayed_then_named(fleet):
     reference = fleet.generate(PROMPTS, SAMPLING, ALLOWED)
     hung = fleet.servers[1]
-    hung.client.pause("keep")  # answers /health, samples nothing
+    engines = psutil.Process(hung.proc.pid).children(recursive=True)
+    for p in engines:  # its engine stops: the API server accepts requests that never finish
+        p.suspend()
     timeout, fleet.request_timeout, fleet.max_failures = fleet.request_timeout, 3.0, 2
     try:
         out = fleet.generate(PROMPTS, SAMPLING, ALLOWED)  # its requests time out, replay
         assert [g.token_ids for g in out] == [g.token_ids for g in reference]
         assert {g.extra["server"] for g in out} == {fleet.servers[0].url}
+        assert hung.alive  # it still answers /health: kept, and counted
         with pytest.raises(FleetError, match=f"{hung.url} failed 2 calls in a row"):
             fleet.generate(PROMPTS, SAMPLING, ALLOWED)
     finally:
         fleet.request_timeout, fleet.max_failures = timeout, 3
-        hung.client.resume()
+        for p in engines:
+            p.resume()
         hung.failures = 0
 
 
@@ -165,7 +169,8 @@ def test_a_killed_server_costs_only_its_requests(fleet):
     reference = fleet.generate(PROMPTS, SAMPLING, ALLOWED)
     assert len({g.extra["server"] for g in reference}) == 2
     victim = fleet.servers[1]
-    victim.client.pause("keep")  # its requests wait there, in flight, until it dies
+    for p in psutil.Process(victim.proc.pid).children(recursive=True):
+        p.suspend()  # its requests wait there, in flight, until it dies
     replayed = fleet.replayed
     with ThreadPoolExecutor(1) as pool:
         call = pool.submit(fleet.generate, PROMPTS, SAMPLING, ALLOWED)
@@ -192,6 +197,39 @@ def test_close_leaves_no_process(fleet):
             pids += [c.pid for c in psutil.Process(s.proc.pid).children(recursive=True)]
     assert len(pids) >= 2  # the live server and its engine processes
     fleet.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_running(p) for p in pids):
+        time.sleep(0.2)
+    assert not [p for p in pids if _running(p)]
+
+
+CTRL_C = """
+import sys
+from agentrl.backends.fleet import FleetBackend
+print("starting", flush=True)
+FleetBackend(sys.argv[1], servers=1, dtype="float32", max_model_len=256,
+             kv_cache_memory_bytes=33554432)
+"""
+
+
+def test_ctrl_c_while_servers_start_stops_them(tiny):
+    proc = subprocess.Popen([sys.executable, "-c", CTRL_C, str(tiny.path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert proc.stdout.readline().strip() == "starting"
+        deadline, servers = time.monotonic() + 60, []
+        while not servers and time.monotonic() < deadline:
+            time.sleep(0.2)
+            servers = psutil.Process(proc.pid).children()
+        assert servers, "no server launched"
+        time.sleep(1.0)  # the server is importing vLLM
+        pids = [p.pid for s in servers for p in [s, *s.children(recursive=True)]]
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "KeyboardInterrupt" in err
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and any(_running(p) for p in pids):
         time.sleep(0.2)

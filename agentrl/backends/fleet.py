@@ -443,14 +443,16 @@ class FleetBackend:
                 log.warning("fleet: server %s failed a request (%s); replayed elsewhere",
                             server.url, why)  # fmt: skip
 
-    def _check_versions(self) -> None:
-        """Before a call: every live server holds the fleet's version of the weights."""
+    def _check_versions(self, failed: set[int]) -> None:
+        """Before a call: every live server holds the fleet's version of the weights (one that
+        does not answer counts as failing this call)."""
         for s in self.servers:
             if not s.alive:
                 continue
             try:
-                have = s.client.weight_version(timeout=10)
+                have = s.client.weight_version(timeout=min(10.0, self.request_timeout))
             except TransferError as exc:
+                failed.add(id(s))
                 self._on_failure(s, str(exc))
                 continue
             if have != str(self.version):
@@ -469,7 +471,8 @@ class FleetBackend:
         self._check_open()
         if allowed is not None and len(allowed) != len(prompts):
             raise ValueError(f"allowed has {len(allowed)} entries for {len(prompts)} prompts")
-        self._check_versions()
+        failed: set[int] = set()
+        self._check_versions(failed)
         results: list[Generation | None] = [None] * len(prompts)
         jobs: list[tuple[int, dict[str, Any], str | None, Trie | None]] = []
         for i, prompt in enumerate(prompts):
@@ -485,7 +488,6 @@ class FleetBackend:
             session = sampling.sessions[i] if sampling.sessions is not None else None
             trie = Trie(req_allowed) if req_allowed is not None else None
             jobs.append((i, self._body(i, ids, sampling, req_allowed), session, trie))
-        failed: set[int] = set()
         replies = list(self._executor.map(lambda j: self._play(j[1], j[2], failed), jobs))
         self._count_failures(failed)
         for (i, _, _, trie), (server, choice, tokens, lps) in zip(jobs, replies, strict=True):
