@@ -1,0 +1,188 @@
+"""``rollout=fleet`` on this machine: weight-sync cost against the raw transport, and rollout
+throughput of 1 and 2 servers against the in-process vLLM engine.
+
+    python scripts/bench_fleet.py [--model tiny|smollm2-135m|PATH] [--servers 1,2] [--syncs 3]
+        [--prompts 32] [--tokens 64] [--json OUT]
+
+Sync: the model's full weights pushed ``--syncs`` times through vLLM's weight-transfer API
+(agentrl's ``agentrl_gloo`` engine; pause, transfer, finish with the version, resume) to every
+server of the fleet, against the time the same gloo transport takes to move the same bytes, in
+the same chunks, from this process to a receiving process with no vLLM around it (the ratio is
+the API's overhead: HTTP control calls, the server's layerwise reload, pause and resume).
+
+Throughput: ``--prompts`` prompts of 16 tokens, each sampled to exactly ``--tokens`` tokens
+(``ignore_eos``, no stop token, seeded), tokens per second of wall time; the in-process engine
+first (same KV budget), then the fleet with each server count. Every figure is a median of
+three calls after one untimed call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from agentrl.backends.base import SamplingParams  # noqa: E402
+from agentrl.backends.fleet import FleetBackend, free_port  # noqa: E402
+from agentrl.backends.fleet_transfer import DEFAULT_CHUNK_BYTES, _layout  # noqa: E402
+from agentrl.backends.weight_names import checkpoint_items  # noqa: E402
+from agentrl.models import resolve_model_path  # noqa: E402
+
+RECEIVER = """
+import sys, torch
+from agentrl.backends.fleet_transfer import _broadcast, _group
+port, sizes = int(sys.argv[1]), [int(x) for x in sys.argv[2].split(",")]
+group, store = _group("127.0.0.1", port, 1, False, 600)
+for _ in range(int(sys.argv[3])):
+    for n in sizes:
+        _broadcast(group, torch.empty(n, dtype=torch.uint8))
+import os
+os._exit(0)  # gloo threads are left to the OS
+"""
+
+
+def _cpu_model() -> str:
+    try:
+        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+            if line.startswith("Model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def raw_transport(state: dict[str, torch.Tensor], rounds: int, receivers: int = 1) -> list[float]:
+    """Seconds per round to broadcast the state's bytes, chunked as a sync chunks them, to
+    ``receivers`` processes at once, each over its own two-rank gloo group (as the fleet sends
+    to each server), with no vLLM and no HTTP."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    from agentrl.backends.fleet_transfer import _broadcast, _bytes_of, _group
+
+    dtypes = [str(v.dtype).removeprefix("torch.") for v in state.values()]
+    shapes = [list(v.shape) for v in state.values()]
+    chunks = _layout(list(state), dtypes, shapes, DEFAULT_CHUNK_BYTES)
+    sizes = ",".join(str(c[-1][1] + c[-1][2]) for c in chunks)
+    tensors = list(state.values())
+    ports = [free_port() for _ in range(receivers)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [subprocess.Popen([sys.executable, "-c", RECEIVER, str(p), sizes, str(rounds)], env=env)
+             for p in ports]  # fmt: skip
+    try:
+        with ThreadPoolExecutor(receivers) as pool:
+            groups = list(pool.map(lambda p: _group("127.0.0.1", p, 0, True, 600)[0], ports))
+
+            def one(group) -> None:
+                for chunk in chunks:
+                    parts = [_bytes_of(tensors[i]) for i, _, _ in chunk]
+                    _broadcast(group, parts[0] if len(parts) == 1 else torch.cat(parts))
+
+            times = []
+            for _ in range(rounds):
+                t0 = time.perf_counter()
+                list(pool.map(one, groups))
+                times.append(time.perf_counter() - t0)
+        for proc in procs:
+            proc.wait(timeout=60)
+        return times
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+
+
+def throughput(backend, prompts: int, tokens: int) -> float:
+    batch = [
+        [5 + (i % 50), 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]
+        for i in range(prompts)
+    ]
+    sp = SamplingParams(max_new_tokens=tokens, temperature=1.0, seed=1)
+    backend.generate(batch, sp)  # untimed
+    rates = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        out = backend.generate(batch, sp)
+        n = sum(len(g.token_ids) for g in out)
+        rates.append(n / (time.perf_counter() - t0))
+    return statistics.median(rates)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="tiny")
+    ap.add_argument("--servers", default="1,2")
+    ap.add_argument("--syncs", type=int, default=3)
+    ap.add_argument("--prompts", type=int, default=32)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--kv-bytes", type=int, default=128 << 20)
+    ap.add_argument("--no-inprocess", action="store_true")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    path = resolve_model_path(args.model)
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    state = dict(checkpoint_items(model.state_dict()))
+    nbytes = sum(v.numel() * v.element_size() for v in state.values())
+    result = {
+        "model": args.model,
+        "bytes": nbytes,
+        "machine": f"{_cpu_model()}, {__import__('os').cpu_count()} cores",
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    print(f"{args.model}: {nbytes / 2**20:.1f} MiB of weights", flush=True)
+    if not args.no_inprocess:
+        from agentrl.backends.vllm_engine import VLLMBackend
+
+        eng = VLLMBackend(model=path, dtype="float32", kv_cache_memory_bytes=args.kv_bytes)
+        try:
+            result["inprocess_tok_s"] = throughput(eng, args.prompts, args.tokens)
+            eng.update_weights(state)  # untimed first
+            times = []
+            for _ in range(args.syncs):
+                eng.update_weights(state)
+                times.append(eng.last_sync_seconds)
+            result["inprocess_sync_s"] = statistics.median(times)
+        finally:
+            eng.close()
+        print(f"in-process: {result['inprocess_tok_s']:.0f} tok/s, "
+              f"sync {result['inprocess_sync_s']:.3f} s")  # fmt: skip
+    for n in [int(x) for x in args.servers.split(",")]:
+        fleet = FleetBackend(path, model=model, servers=n, dtype="float32",
+                             kv_cache_memory_bytes=args.kv_bytes)  # fmt: skip
+        try:
+            fleet.update_weights(state)  # untimed first: opens the transfer groups
+            times = []
+            for _ in range(args.syncs):
+                fleet.update_weights(state)
+                times.append(fleet.last_sync_seconds)
+            sync = statistics.median(times)
+            rate = throughput(fleet, args.prompts, args.tokens)
+        finally:
+            fleet.close()
+        raw = statistics.median(raw_transport(state, args.syncs + 1, n)[1:])
+        result[f"fleet{n}_sync_s"], result[f"fleet{n}_tok_s"] = sync, rate
+        result[f"raw{n}_s"] = raw
+        line = (f"fleet of {n}: sync {sync:.3f} s, raw gloo to {n} receivers {raw:.3f} s "
+                f"({sync / raw:.2f}x raw), {rate:.0f} tok/s")  # fmt: skip
+        if "inprocess_tok_s" in result:
+            line += f" ({rate / result['inprocess_tok_s']:.2f}x in-process)"
+        print(line, flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
