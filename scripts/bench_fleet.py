@@ -126,6 +126,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--kv-bytes", type=int, default=128 << 20)
+    ap.add_argument("--max-model-len", type=int, default=1024)
     ap.add_argument("--no-inprocess", action="store_true")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -146,7 +147,12 @@ def main() -> None:
     if not args.no_inprocess:
         from agentrl.backends.vllm_engine import VLLMBackend
 
-        eng = VLLMBackend(model=path, dtype="float32", kv_cache_memory_bytes=args.kv_bytes)
+        eng = VLLMBackend(
+            model=path,
+            dtype="float32",
+            max_model_len=args.max_model_len,
+            kv_cache_memory_bytes=args.kv_bytes,
+        )
         try:
             result["inprocess_tok_s"] = throughput(eng, args.prompts, args.tokens)
             eng.update_weights(state)  # untimed first
@@ -161,6 +167,7 @@ def main() -> None:
               f"sync {result['inprocess_sync_s']:.3f} s")  # fmt: skip
     for n in [int(x) for x in args.servers.split(",")]:
         fleet = FleetBackend(path, model=model, servers=n, dtype="float32",
+                             max_model_len=args.max_model_len,
                              kv_cache_memory_bytes=args.kv_bytes)  # fmt: skip
         try:
             fleet.update_weights(state)  # untimed first: opens the transfer groups

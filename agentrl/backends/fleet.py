@@ -265,7 +265,7 @@ class FleetBackend:
                 host="127.0.0.1",
                 port=port,
                 dtype=_model_dtype(self.model_path, dtype),
-                max_model_len=max_model_len,
+                max_model_len=-1 if max_model_len is None else max_model_len,  # -1: vLLM fits it
                 kv_cache_memory_bytes=kv,
                 extra=["--max-num-seqs", str(max_num_seqs), "--disable-log-stats", *extra],
             )
