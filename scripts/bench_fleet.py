@@ -10,6 +10,10 @@ server of the fleet, against the time the same gloo transport takes to move the 
 the same chunks, from this process to a receiving process with no vLLM around it (the ratio is
 the API's overhead: HTTP control calls, the server's layerwise reload, pause and resume).
 
+Training rows (``--train-parity N``): the no-argument default run for N iterations with
+``rollout=vllm`` and with ``rollout=fleet rollout.fleet.servers=1``, same seed; every train row's
+metrics (times, memory and sync figures aside) compared, the largest relative difference printed.
+
 Throughput: ``--prompts`` prompts of 16 tokens, each sampled to exactly ``--tokens`` tokens
 (``ignore_eos``, no stop token, seeded), tokens per second of wall time; the in-process engine
 first (same KV budget), then the fleet with each server count. Every figure is a median of
@@ -118,6 +122,39 @@ def throughput(backend, prompts: int, tokens: int) -> float:
     return statistics.median(rates)
 
 
+SKIP = ("time/", "cpu/", "mem/", "sync/", "rollout/generate", "phase")
+
+
+def train_parity(iters: int, out: Path) -> None:
+    """The default run with the in-process engine and with a fleet of one: the train rows."""
+    import os
+
+    rows = {}
+    for name, extra in (("vllm", []), ("fleet", ["rollout.fleet.servers=1"])):
+        run = out / name
+        cmd = [sys.executable, "-m", "agentrl.train", f"rollout={name}", *extra,
+               f"trainer.iterations={iters}", "trainer.eval_initial=false", f"output_dir={run}"]  # fmt: skip
+        t0 = time.perf_counter()
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if proc.returncode:
+            sys.exit(f"{name}: exit {proc.returncode}: {proc.stderr[-2000:]}")
+        lines = (run / "metrics.jsonl").read_text().splitlines()
+        rows[name] = [json.loads(x) for x in lines if '"phase": "train"' in x]
+        print(f"{name}: {iters} iterations in {time.perf_counter() - t0:.0f} s", flush=True)
+    worst, where, exact = 0.0, "", 0
+    for a, b in zip(rows["vllm"], rows["fleet"], strict=True):
+        for k, v in a.items():
+            if k.startswith(SKIP) or not isinstance(v, int | float):
+                continue
+            w = b.get(k)
+            rel = abs(v - w) / max(abs(v), abs(w), 1e-12) if w != v else 0.0
+            exact += rel == 0.0
+            if rel > worst:
+                worst, where = rel, f"{k} at iteration {a['iteration']}: {v!r} vs {w!r}"
+    print(f"train rows: {exact} values equal; largest relative difference {worst:.2g} ({where})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="tiny")
@@ -129,7 +166,12 @@ def main() -> None:
     ap.add_argument("--max-model-len", type=int, default=1024)
     ap.add_argument("--no-inprocess", action="store_true")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--train-parity", type=int, default=0, metavar="N")
+    ap.add_argument("--out", default="runs/bench_fleet")
     args = ap.parse_args()
+    if args.train_parity:
+        train_parity(args.train_parity, Path(args.out))
+        return
     torch.set_num_threads(1)
     path = resolve_model_path(args.model)
     from transformers import AutoModelForCausalLM
