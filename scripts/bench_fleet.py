@@ -43,13 +43,12 @@ from agentrl.backends.weight_names import checkpoint_items  # noqa: E402
 from agentrl.models import resolve_model_path  # noqa: E402
 
 RECEIVER = """
-import sys, torch
-from agentrl.backends.fleet_transfer import _broadcast, _group
-port, sizes = int(sys.argv[1]), [int(x) for x in sys.argv[2].split(",")]
+import json, sys
+from agentrl.backends.fleet_transfer import _group, recv_chunks
+port, chunks = int(sys.argv[1]), json.loads(sys.argv[2])
 group, store = _group("127.0.0.1", port, 1, False, 600)
 for _ in range(int(sys.argv[3])):
-    for n in sizes:
-        _broadcast(group, torch.empty(n, dtype=torch.uint8))
+    recv_chunks(group, chunks, lambda chunk, buf: None)
 import os
 os._exit(0)  # gloo threads are left to the OS
 """
@@ -72,12 +71,12 @@ def raw_transport(state: dict[str, torch.Tensor], rounds: int, receivers: int = 
     import os
     from concurrent.futures import ThreadPoolExecutor
 
-    from agentrl.backends.fleet_transfer import _broadcast, _bytes_of, _group
+    from agentrl.backends.fleet_transfer import _group, send_chunks
 
     dtypes = [str(v.dtype).removeprefix("torch.") for v in state.values()]
     shapes = [list(v.shape) for v in state.values()]
     chunks = _layout(list(state), dtypes, shapes, DEFAULT_CHUNK_BYTES)
-    sizes = ",".join(str(c[-1][1] + c[-1][2]) for c in chunks)
+    sizes = json.dumps(chunks)
     tensors = list(state.values())
     ports = [free_port() for _ in range(receivers)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -88,9 +87,7 @@ def raw_transport(state: dict[str, torch.Tensor], rounds: int, receivers: int = 
             groups = list(pool.map(lambda p: _group("127.0.0.1", p, 0, True, 600)[0], ports))
 
             def one(group) -> None:
-                for chunk in chunks:
-                    parts = [_bytes_of(tensors[i]) for i, _, _ in chunk]
-                    _broadcast(group, parts[0] if len(parts) == 1 else torch.cat(parts))
+                send_chunks(group, tensors, chunks)
 
             times = []
             for _ in range(rounds):

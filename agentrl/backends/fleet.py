@@ -529,6 +529,8 @@ class FleetBackend:
         """The learner's weights into every live server through vLLM's weight-transfer API;
         the fleet's version goes up by one (the label every server reports)."""
         self._check_open()
+        # every tensor travels, a tied LM head too: leaving it out (it shares the embedding's
+        # storage) left the servers sampling with the old embedding (the parity test caught it)
         self._source.set(dict(checkpoint_items(state_dict)))
         version = self.version + 1
         live = [s for s in self.servers if s.alive]

@@ -10,8 +10,9 @@ CPU server has none, so this module adds one:
 - ``agentrl_gloo``: the trainer and the server's worker form a two-rank torch.distributed gloo
   group of their own (a TCP store the trainer opens, a ``ProcessGroupGloo`` built on it, never
   the default process group, which vLLM's worker and a torchrun trainer each have). A sync packs
-  every tensor's bytes into chunks of at most ``chunk_bytes`` and broadcasts them from the
-  trainer; the worker cuts them back into tensors by the names, dtypes and shapes that
+  every tensor's bytes into chunks of at most ``chunk_bytes`` (64 MiB) and broadcasts them from
+  the trainer, two in flight (one is packed, or loaded, while the other travels); the worker
+  cuts them back into tensors by the names, dtypes and shapes that
   ``/update_weights`` carried, and loads them with vLLM's layerwise reload (as vLLM's NCCL
   engine does), so vLLM's own post-load processing runs. Both sides are registered with vLLM's
   factories by :func:`register`, which the package declares as a ``vllm.general_plugins`` entry
@@ -24,13 +25,15 @@ server's HTTP routes, plus the pause, resume and weight-version routes the fleet
 
 from __future__ import annotations
 
+import collections
 import datetime
 import json
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -50,7 +53,7 @@ __all__ = [
 
 #: The name the gloo engine is registered under (``--weight-transfer-config``'s backend).
 BACKEND = "agentrl_gloo"
-DEFAULT_CHUNK_BYTES = 256 << 20
+DEFAULT_CHUNK_BYTES = 64 << 20
 _registered = False
 _lock = threading.Lock()
 
@@ -174,12 +177,54 @@ def _group(address: str, port: int, rank: int, is_master: bool, timeout_s: float
     return ProcessGroupGloo(store, rank, 2, timeout), store
 
 
-def _broadcast(group: Any, buf: torch.Tensor) -> None:
+def _broadcast(group: Any, buf: torch.Tensor, wait: bool = True) -> Any:
+    """Broadcast ``buf`` from rank 0 of ``group``; ``wait=False``: return the pending work."""
     from torch.distributed import BroadcastOptions
 
     opts = BroadcastOptions()
     opts.rootRank, opts.rootTensor = 0, 0
-    group.broadcast([buf], opts).wait()
+    work = group.broadcast([buf], opts)
+    if wait:
+        work.wait()
+    return work
+
+
+def send_chunks(group: Any, tensors: list[torch.Tensor], chunks: list, depth: int = 2) -> int:
+    """Pack and broadcast ``chunks`` of ``tensors`` (:func:`_layout`), ``depth`` chunks in flight
+    (the next is packed while the last travels); the bytes sent."""
+    pending: collections.deque = collections.deque()
+    sent = 0
+    for chunk in chunks:
+        parts = [_bytes_of(tensors[i]) for i, _, _ in chunk]
+        buf = parts[0] if len(parts) == 1 else torch.cat(parts)
+        pending.append((buf, _broadcast(group, buf, wait=False)))
+        sent += buf.numel()
+        if len(pending) >= depth:
+            pending.popleft()[1].wait()
+    while pending:
+        pending.popleft()[1].wait()
+    return sent
+
+
+def recv_chunks(
+    group: Any, chunks: list, consume: Callable[[list, torch.Tensor], None], depth: int = 2
+) -> None:
+    """Receive ``chunks`` (:func:`_layout`), ``depth`` in flight: ``consume(chunk, buffer)``
+    loads one while the next arrives."""
+    pending: collections.deque = collections.deque()
+
+    def drain() -> None:
+        chunk, buf, work = pending.popleft()
+        work.wait()
+        consume(chunk, buf)
+
+    for chunk in chunks:
+        buf = torch.empty(chunk[-1][1] + chunk[-1][2], dtype=torch.uint8)
+        pending.append((chunk, buf, _broadcast(group, buf, wait=False)))
+        if len(pending) >= depth:
+            drain()
+    while pending:
+        drain()
 
 
 # -- the server's side (loaded into vLLM's worker by the plugin) --------------------------------
@@ -240,18 +285,19 @@ def _worker_classes() -> tuple[type, type]:
         def receive_weights(self, update_info: GlooUpdateInfo) -> None:
             if self.group is None:
                 raise RuntimeError(f"{BACKEND}: init_weight_transfer_engine was not called")
-            dtypes = [getattr(torch, d) for d in update_info.dtype_names]
-            for chunk in _layout(update_info.names, update_info.dtype_names,
-                                 update_info.shapes, self.chunk_bytes):  # fmt: skip
-                size = chunk[-1][1] + chunk[-1][2]
-                buf = torch.empty(size, dtype=torch.uint8)
-                _broadcast(self.group, buf)
-                weights = [
-                    (update_info.names[i],
-                     buf[off : off + n].view(dtypes[i]).view(update_info.shapes[i]))
-                    for i, off, n in chunk
-                ]  # fmt: skip
-                self.model.load_weights(weights)
+            info = update_info
+            dtypes = [getattr(torch, d) for d in info.dtype_names]
+
+            def load(chunk: list, buf: torch.Tensor) -> None:
+                self.model.load_weights(
+                    [
+                        (info.names[i], buf[o : o + n].view(dtypes[i]).view(info.shapes[i]))
+                        for i, o, n in chunk
+                    ]  # fmt: skip
+                )
+
+            chunks = _layout(info.names, info.dtype_names, info.shapes, self.chunk_bytes)
+            recv_chunks(self.group, chunks, load)
 
         def shutdown(self) -> None:
             self.group, self.store = None, None
@@ -342,19 +388,15 @@ def _trainer_class() -> type:
                 "shapes": [list(m.shape) for m in meta],
             }
             tensors = [t for _, t in self.source]
+            chunks = _layout(info["names"], info["dtype_names"], info["shapes"], self.chunk_bytes)
             self.client.start_weight_update()
             exe = ThreadPoolExecutor(max_workers=1)
             try:
                 future = exe.submit(self.client.update_weights, info)
-                sent = 0
-                for chunk in _layout(info["names"], info["dtype_names"], info["shapes"],
-                                     self.chunk_bytes):  # fmt: skip
-                    parts = [_bytes_of(tensors[i]) for i, _, _ in chunk]
-                    buf = parts[0] if len(parts) == 1 else torch.cat(parts)
-                    _broadcast(self.group, buf)
-                    sent += buf.numel()
-                    if future.done():  # the server refused the update: stop sending
-                        future.result()
+                time.sleep(0)  # let the request go out before the first chunk
+                if future.done():  # refused before any byte moved
+                    future.result()
+                sent = send_chunks(self.group, tensors, chunks)
                 future.result()
             finally:
                 exe.shutdown(wait=False)  # a broken transfer must not hang here
