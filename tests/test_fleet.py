@@ -252,3 +252,23 @@ def _running(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_a_server_that_does_not_answer_is_one_line(tmp_path):
+    port = _free_port()
+    args = ["trainer=smoke", "rollout=fleet", f"rollout.fleet.urls=[http://127.0.0.1:{port}]",
+            "rollout.fleet.startup_timeout=2", f"output_dir={tmp_path / 'run'}"]  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "agentrl.train", *args],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"fleet server http://127.0.0.1:{port} not up after 2 s"), last
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

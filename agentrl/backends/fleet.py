@@ -59,7 +59,7 @@ from typing import Any
 
 import torch
 
-from .base import Generation, SamplingParams
+from .base import BackendError, Generation, SamplingParams
 from .fleet_transfer import HTTPClient, TransferError, open_sender, send, state_source
 from .trie import ALLOWED_KEY, Trie, leaf_only_tokens, trie_prefix
 from .vllm_server import MEMBER_ENV, member_command, member_transfer
@@ -72,7 +72,7 @@ PROBE_PROMPT = (1, 5, 9, 13, 17, 21, 25, 29)
 MAX_SESSIONS = 100_000  # conversations remembered for affinity (oldest forgotten first)
 
 
-class FleetError(RuntimeError):
+class FleetError(BackendError):
     """The fleet cannot go on: one line naming the server and why."""
 
 
@@ -278,6 +278,10 @@ class FleetBackend:
         log.info("fleet: %d vLLM servers starting (logs in %s)", n, self._logdir)
 
     def _wait_up(self, timeout: float) -> None:
+        """Launched servers get ``timeout`` to start; servers given by url, which should be up
+        already, at most 60 s."""
+        if all(s.proc is None for s in self.servers):
+            timeout = min(timeout, 60.0)
         deadline = time.monotonic() + timeout
         waiting = list(self.servers)
         while waiting:
@@ -292,7 +296,8 @@ class FleetBackend:
             if time.monotonic() > deadline:
                 s = waiting[0]
                 raise FleetError(f"fleet server {s.url} not up after {timeout:.0f} s "
-                                 f"(rollout.fleet.startup_timeout) {s.log_tail(500)}")  # fmt: skip
+                                 f"({'rollout.fleet.startup_timeout; ' if s.proc else ''}"
+                                 f"its /health does not answer) {s.log_tail(500)}")  # fmt: skip
             time.sleep(0.5)
 
     def _check_cards(self) -> int:

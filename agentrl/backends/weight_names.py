@@ -31,4 +31,3 @@ def checkpoint_items(state_dict: Mapping[str, Any]) -> list[tuple[str, torch.Ten
     if not items:
         raise ValueError("update_weights got an empty state_dict")
     return items
-
