@@ -61,6 +61,7 @@ import torch
 
 from .base import BackendError, Generation, SamplingParams
 from .fleet_transfer import HTTPClient, TransferError, open_sender, send, state_source
+from .remote import quiet_http_logs
 from .trie import ALLOWED_KEY, Trie, leaf_only_tokens, trie_prefix
 from .vllm_server import MEMBER_ENV, member_command, member_transfer
 from .weight_names import checkpoint_items
@@ -115,17 +116,21 @@ class Server:
         return " ".join(self.log_path.read_text(errors="replace")[-n:].split())
 
 
-def _post(url: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
-    req = urllib.request.Request(url, json.dumps(body).encode(), method="POST")
-    req.add_header("Content-Type", "application/json")
+def _post(http: Any, url: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """One JSON POST on the fleet's kept-alive connections (``http``: an ``httpx.Client``)."""
+    import httpx
+
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as reply:
-            return json.loads(reply.read())
-    except urllib.error.HTTPError as exc:
-        detail = " ".join(exc.read().decode(errors="replace").split())[:300]
-        raise _RequestFailed(f"HTTP {exc.code}: {detail}") from None
-    except (OSError, urllib.error.URLError, ValueError) as exc:  # refused, reset, timeout, junk
+        reply = http.post(url, json=body, timeout=timeout)
+    except httpx.TransportError as exc:  # refused, reset, timed out
         raise _RequestFailed(f"{type(exc).__name__}: {exc}") from None
+    if reply.status_code != 200:
+        detail = " ".join(reply.text.split())[:300]
+        raise _RequestFailed(f"HTTP {reply.status_code}: {detail}")
+    try:
+        return reply.json()
+    except ValueError as exc:
+        raise _RequestFailed(f"a reply that is not JSON: {exc}") from None
 
 
 def _get_ok(url: str, timeout: float = 3.0) -> bool:
@@ -203,6 +208,11 @@ class FleetBackend:
         self._executor = ThreadPoolExecutor(
             max_workers=int(concurrency), thread_name_prefix="fleet"
         )
+        import httpx  # kept-alive connections to every server
+
+        limits = httpx.Limits(max_connections=int(concurrency) + 4)
+        self._http = httpx.Client(limits=limits, trust_env=False)
+        quiet_http_logs()  # httpx logs a line per request otherwise
         atexit.register(self.close)
         try:
             if urls:
@@ -378,7 +388,7 @@ class FleetBackend:
         return {"token_ids": prompt, "sampling_params": params}
 
     def _request(self, server: Server, body: dict[str, Any]) -> dict[str, Any]:
-        reply = _post(server.url + "/inference/v1/generate", body, self.request_timeout)
+        reply = _post(self._http, server.url + "/inference/v1/generate", body, self.request_timeout)
         choices = reply.get("choices") if isinstance(reply, dict) else None
         if not choices or not isinstance(choices[0].get("token_ids"), list):
             raise _RequestFailed(f"a reply without token ids: {str(reply)[:200]}")
@@ -583,6 +593,8 @@ class FleetBackend:
         with contextlib.suppress(Exception):
             atexit.unregister(self.close)
         self._executor.shutdown(wait=False, cancel_futures=True)
+        with contextlib.suppress(Exception):
+            self._http.close()
         for s in self.servers:
             if s.sender is not None:
                 with contextlib.suppress(Exception):
