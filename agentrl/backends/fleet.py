@@ -43,6 +43,7 @@ import json
 import logging
 import math
 import os
+import queue
 import signal
 import socket
 import subprocess
@@ -52,7 +53,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,43 @@ class FleetError(BackendError):
 
 class _RequestFailed(Exception):
     """One request failed on one server (replayed elsewhere)."""
+
+
+class _DaemonPool:
+    """``map`` over daemon threads: a request stuck on a half-dead server (one that keeps its
+    connection open and never answers) cannot hold the interpreter's exit, as the joined
+    threads of a ``ThreadPoolExecutor`` would, for up to ``rollout.fleet.request_timeout``."""
+
+    def __init__(self, workers: int):
+        self._jobs: queue.Queue = queue.Queue()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"fleet-{i}", daemon=True)
+            for i in range(workers)
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fn, arg, future = job
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(arg))
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                    future.set_exception(exc)
+
+    def map(self, fn: Any, items: Sequence[Any]) -> list[Any]:
+        futures = [Future() for _ in items]
+        for item, future in zip(items, futures, strict=True):
+            self._jobs.put((fn, item, future))
+        return [f.result() for f in futures]
+
+    def shutdown(self) -> None:
+        for _ in self._threads:
+            self._jobs.put(None)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -205,9 +243,7 @@ class FleetBackend:
         self._source = state_source()
         self._logdir: Path | None = None
         self.servers: list[Server] = []
-        self._executor = ThreadPoolExecutor(
-            max_workers=int(concurrency), thread_name_prefix="fleet"
-        )
+        self._executor = _DaemonPool(int(concurrency))
         import httpx  # kept-alive connections to every server
 
         limits = httpx.Limits(max_connections=int(concurrency) + 4)
@@ -592,7 +628,7 @@ class FleetBackend:
         self._closed = True
         with contextlib.suppress(Exception):
             atexit.unregister(self.close)
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._executor.shutdown()
         with contextlib.suppress(Exception):
             self._http.close()
         for s in self.servers:
