@@ -44,6 +44,7 @@ import logging
 import math
 import os
 import queue
+import shutil
 import signal
 import socket
 import subprocess
@@ -242,6 +243,7 @@ class FleetBackend:
         self._closed = False
         self._source = state_source()
         self._logdir: Path | None = None
+        self._keep_logs = False  # a server failed: its log stays for the user
         self.servers: list[Server] = []
         self._executor = _DaemonPool(int(concurrency))
         import httpx  # kept-alive connections to every server
@@ -263,6 +265,7 @@ class FleetBackend:
             for s in self.servers:  # version 0: the weights the servers start with
                 s.client.set_weight_version("0")
         except BaseException:
+            self._keep_logs = True
             self.close()
             raise
 
@@ -313,7 +316,13 @@ class FleetBackend:
                 dtype=_model_dtype(self.model_path, dtype),
                 max_model_len=-1 if max_model_len is None else max_model_len,  # -1: vLLM fits it
                 kv_cache_memory_bytes=kv,
-                extra=["--max-num-seqs", str(max_num_seqs), "--disable-log-stats", *extra],
+                extra=[
+                    "--max-num-seqs",
+                    str(max_num_seqs),
+                    "--disable-log-stats",  # a line per engine step and per request
+                    "--disable-uvicorn-access-log",  # otherwise: the log grows all run
+                    *extra,
+                ],
             )
             log_path = self._logdir / f"server{i}.log"
             with open(log_path, "w") as out:
@@ -569,6 +578,7 @@ class FleetBackend:
                 continue
             s.failures = s.failures + 1 if id(s) in failed else 0
             if s.failures >= self.max_failures:
+                self._keep_logs = True
                 raise FleetError(
                     f"fleet server {s.url} failed {s.failures} calls in a row "
                     f"(rollout.fleet.max_failures={self.max_failures}): check it, or leave it out"
@@ -622,7 +632,8 @@ class FleetBackend:
             raise RuntimeError("FleetBackend is closed")
 
     def close(self) -> None:
-        """Stop every server launched here (and their engine processes); idempotent."""
+        """Stop every server launched here (and their engine processes); idempotent. Their
+        logs are deleted when every server ran to the end, kept (and named) otherwise."""
         if self._closed:
             return
         self._closed = True
@@ -648,6 +659,11 @@ class FleetBackend:
                 os.killpg(p.pid, signal.SIGKILL)  # the engine processes too, whatever is left
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=10)
+        if self._logdir is not None:
+            if not self._keep_logs and all(s.alive for s in self.servers):
+                shutil.rmtree(self._logdir, ignore_errors=True)
+            else:
+                log.warning("fleet: the servers' logs are kept in %s", self._logdir)
 
     def __enter__(self) -> FleetBackend:
         return self
