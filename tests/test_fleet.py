@@ -212,7 +212,9 @@ FleetBackend(sys.argv[1], servers=1, dtype="float32", max_model_len=256,
 """
 
 
-def test_ctrl_c_while_servers_start_stops_them(tiny):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "sigkill"])
+def test_a_trainer_stopped_while_servers_start_stops_them(tiny, sig):
+    """Ctrl-C: the fleet closes; SIGKILL: each server gets the parent-death signal."""
     proc = subprocess.Popen([sys.executable, "-c", CTRL_C, str(tiny.path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
@@ -224,13 +226,13 @@ def test_ctrl_c_while_servers_start_stops_them(tiny):
         assert servers, "no server launched"
         time.sleep(1.0)  # the server is importing vLLM
         pids = [p.pid for s in servers for p in [s, *s.children(recursive=True)]]
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert "KeyboardInterrupt" in err
-    deadline = time.monotonic() + 10
+    assert sig == signal.SIGKILL or "KeyboardInterrupt" in err
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline and any(_running(p) for p in pids):
         time.sleep(0.2)
     assert not [p for p in pids if _running(p)]

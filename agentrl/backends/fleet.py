@@ -48,6 +48,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -81,6 +82,17 @@ class FleetError(BackendError):
 
 class _RequestFailed(Exception):
     """One request failed on one server (replayed elsewhere)."""
+
+
+def _die_with_parent() -> None:
+    """In a launched server, before it runs: SIGTERM when the trainer dies, even by SIGKILL
+    (Linux's parent-death signal, sent when the thread that launched it ends: the fleet is
+    built on the trainer's main thread; elsewhere than Linux nothing)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 class _DaemonPool:
@@ -328,7 +340,8 @@ class FleetBackend:
             with open(log_path, "w") as out:
                 proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                         env={**os.environ, **MEMBER_ENV},
-                                        start_new_session=True)  # fmt: skip
+                                        start_new_session=True,
+                                        preexec_fn=_die_with_parent)  # fmt: skip
             self.servers.append(Server(f"http://127.0.0.1:{port}", proc, log_path))
         log.info("fleet: %d vLLM servers starting (logs in %s)", n, self._logdir)
 
