@@ -35,6 +35,7 @@ __all__ = [
     "OptimizerConfig",
     "RolloutConfig",
     "TrainConfig",
+    "TracesConfig",
     "TrainerConfig",
     "load_config",
     "reference_markdown",
@@ -800,6 +801,27 @@ class MLflowConfig:
 
 
 @dataclass
+class TracesConfig:
+    """Trajectory traces (`<output_dir>/traces/`, read by `python -m agentrl.view`)."""
+
+    every: int = opt(
+        20,
+        "trace the episodes of iteration 1, every N-th after it and the last one (0: no training traces)",
+        num(0),
+    )
+    groups: int = opt(2, "task groups traced per traced iteration (all their rollouts)", num(1))
+    eval_episodes: int = opt(
+        16,
+        "held-out episodes traced per evaluation: the first N tasks of the fixed set, so runs compare task by task (0: none)",
+        num(0),
+    )
+    max_chars: int = opt(
+        4000, "texts (observations, prompts, responses) cut to their last N characters", num(100)
+    )
+    gzip: bool = opt(False, "write traces/*.jsonl.gz instead of plain .jsonl")
+
+
+@dataclass
 class TrainerConfig(LearnerConfig):
     """Group `trainer`: the learner's hyper-parameters and the loop around it."""
 
@@ -849,6 +871,10 @@ class TrainerConfig(LearnerConfig):
         help="MLflow settings (trainer.loggers=[mlflow])", factory=MLflowConfig
     )
     plot: bool = opt(True, "training-curve PNG at the end")
+    traces: TracesConfig = opt(
+        help="trajectory traces: a few groups' steps, credit and tokens (python -m agentrl.view)",
+        factory=TracesConfig,
+    )
 
 
 @dataclass

@@ -141,6 +141,9 @@ class RolloutStats:
     env_errors: dict[str, int] = field(default_factory=dict)  # episodes cut by env faults, by kind
     env_restarts: int = 0  # env workers the pool restarted
     env_replayed: int = 0  # episodes the pool restored on a restarted worker by replaying them
+    # counts a rollout source keeps under their own metric names (the gateway's
+    # ``gateway/prefix_breaks``), logged as they are
+    counters: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 A Hydra app (config ``configs/evaluate.yaml``, groups ``env/`` and ``agent/``). It builds the
 task list (``env.task_ids(split, episodes)`` or seeds), plays it with the agent through the env
 pool, and writes to ``output_dir``: ``results.json`` (config, task ids, seeds, every episode and
-every statistic), ``table.md`` and ``success.png``; the table is also printed. If the run stops
+every statistic), ``table.md``, ``success.png`` and ``traces/eval_<agent>.jsonl`` (the first
+``traces`` episodes step by step, for ``python -m agentrl.view``); the table is also printed. If the run stops
 early (an unreachable endpoint, a task that cannot start), the finished episodes are written to
 ``results.partial.json`` and the command exits with the reason.
 """
@@ -24,6 +25,7 @@ from .evaluation import Report, summarize
 from .evaluation.agents import ExpertAgent, RandomAgent
 from .evaluation.runner import Agent, EvaluationError, play_tasks
 from .evaluation.tasks import make_tasks
+from .evaluation.traces import TraceFile, episode_line
 from .overrides import unknown_group_option
 from .pool import backend_options
 
@@ -196,6 +198,13 @@ def evaluate(cfg: DictConfig) -> Report:
     if hasattr(agent, "settings"):  # the model agent: its own settings, resolved from the run
         meta["agent_config"] = {**meta["agent_config"], "resolved": agent.settings.to_dict()}
     play = agent.run if hasattr(agent, "run") else (lambda *a, **k: play_tasks(*a, agent, **k))
+    traced: dict[int, Any] = {}  # the first `traces` tasks' episodes, step by step
+    n_traced = _number(cfg.get("traces", 0), "traces", int)
+
+    def keep(index: int, episode: Any) -> None:
+        if index < n_traced:
+            traced[index] = episode
+
     try:
         records = play(
             s["env"],
@@ -207,6 +216,7 @@ def evaluate(cfg: DictConfig) -> Report:
             step_timeout=s["step_timeout"],
             progress=bool(cfg.progress),
             pool_options=s["pool_options"],
+            on_result=keep,
         )
     except EvaluationError as exc:
         if exc.records:
@@ -215,12 +225,25 @@ def evaluate(cfg: DictConfig) -> Report:
             ).to_json(out / "results.partial.json")
         raise
     finally:
+        tok = getattr(agent, "tokenizer", None)
+        decode = None if tok is None else (lambda ids: tok.decode(list(ids)))
+        if traced:
+            _write_traces(out, meta, s["env"], [traced[k] for k in sorted(traced)], decode)
         agent.close()
     report = summarize(records, meta=meta, confidence=s["confidence"])
     report.to_json(out / "results.json")
     (out / "table.md").write_text(report.table("markdown"))
     report.plot(out / "success.png", title=f"{meta['agent']} on {s['env']}")
     return report
+
+
+def _write_traces(out: Path, meta: dict[str, Any], env: str, episodes: list, decode) -> None:
+    """``<output_dir>/traces/eval_<agent>.jsonl``: the traced episodes step by step."""
+    head = {"kind": "eval", "phase": f"evaluate_{meta['agent']}", "iteration": None, "env": env,
+            "agent": meta["agent"], "split": meta["split"], "seed": meta["seed"]}  # fmt: skip
+    with TraceFile(out / "traces", f"eval_{meta['agent']}", head) as f:
+        for ep in episodes:
+            f.write(episode_line(ep, env, decode=decode))
 
 
 @hydra.main(version_base=None, config_path="pkg://agentrl.configs", config_name="evaluate")

@@ -75,6 +75,7 @@ from .training.runlog import Progress, RunLog, Timer, write_interrupted, write_o
 from .training.sharded_checkpoint import load_run_checkpoint, save_run_checkpoint
 from .training.summary import RunSummary, summarize_run
 from .training.token_credit import update_inputs
+from .training.traces import Tracer
 from .training.trackers import make_trackers
 
 __all__ = ["Parts", "TrainingStopped", "build", "train"]
@@ -162,11 +163,13 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
     model, tok, learner, runner = p.model, p.tokenizer, p.learner, p.runner
     options, hooks, held_out = p.options, p.hooks, p.held_out
 
-    def evaluate(label: str):
+    def evaluate(label: str, iteration: int):
         """Greedy (``rollout.eval_temperature``) episodes on the fixed held-out tasks."""
         # torchrun: each rank a share of every chunk, in lockstep, then gathered (one process's)
         eps = DP.play_as_one_process(runner, held_out, temperature=r.eval_temperature,
                                      seed=eval_seed(cfg.seed))  # fmt: skip
+        if tracer is not None:  # the first held-out tasks, step by step
+            tracer.evaluation(label, iteration, eps)
         records = [record_from_rollout(ep, e.id) for ep in eps]
         meta = {"label": label, "split": e.eval_split, "greedy": r.eval_temperature == 0}
         report = summarize(records, meta=meta)
@@ -196,6 +199,7 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
     settings = {"wandb": asdict(t.wandb), "mlflow": asdict(t.mlflow)}
     trackers = make_trackers(t.loggers, out, resolved, settings) if main else []
     log = RunLog(out, history, trackers) if main else DP.RankLog(history)
+    tracer = Tracer(cfg, out, tok, trackers) if main else None  # trainer.traces
     live = Activity()  # what an iteration is doing, for the progress line of a long one
     progress = (
         Progress(t.progress, t.iterations, start, activity=live, every=t.progress_every_s)
@@ -237,7 +241,7 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
             if initial is None and t.eval_initial:
                 live.enter("eval")
                 with Timer() as tm:
-                    report, em = evaluate("initial")
+                    report, em = evaluate("initial", 0)
                 o = report.overall
                 initial = {"success_rate": o.success_rate, "ci": [o.success_ci_low, o.success_ci_high],
                            "episodes": o.episodes, "report": report.to_dict()}  # fmt: skip
@@ -279,6 +283,8 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
                         res = credit.compute(batch, cfg.credit.name, **options)
                     except FloatingPointError as exc:
                         raise TrainingStopped(f"iteration {it}: {exc}") from exc
+                    if tracer is not None:  # a traced iteration: the learner keeps its rows' tokens
+                        tracer.before_update(it, eps, batch, seqs, res, learner, options)
                 live.enter("update")
                 with signals.finishing():  # from here the iteration reaches the weights: finish it
                     with Timer() as t_upd:  # 4. token advantages + PPO epochs, then the engine
@@ -291,6 +297,8 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
                                                      seed=chunk_seed(cfg.seed, it, 3), **kw)  # fmt: skip
                             except FloatingPointError as exc:  # NonFiniteError included
                                 raise TrainingStopped(f"iteration {it}: {exc}") from exc
+                        if tracer is not None:
+                            tracer.after_update(kw)
                         synced = rollouts.publish(it + 1)  # version it + 1 (k >= 1: a copy)
                     errs = error_metrics(stats.env_errors, stats.env_restarts, stats.env_replayed)
                     row = train_row(it, DP.gather_episodes(eps), batch.group, stats, res,
@@ -303,7 +311,7 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
                 if t.eval_every and (it + 1) % t.eval_every == 0 and it + 1 < t.iterations:
                     live.enter("eval")
                     with Timer() as tm, rollouts.paused():  # on the learner's current weights
-                        _, em = evaluate(f"iter{it + 1}")
+                        _, em = evaluate(f"iter{it + 1}", it + 1)
                     log(
                         {
                             "iteration": it + 1,
@@ -327,7 +335,7 @@ def train(cfg: TrainConfig, out: Path, parts: Parts | None = None) -> RunSummary
             D.barrier()
             live.enter("eval")
             with Timer() as tm:
-                report, em = evaluate("final")
+                report, em = evaluate("final", t.iterations)
             progress.close()
             log({"iteration": n, "step": n, "phase": "eval_final", "time/eval_s": tm.wall, **em})
             summary = summarize_run(cfg, report, initial, history, final_dir)

@@ -29,6 +29,7 @@ from . import (  # noqa: F401  (registers the modules)
     turn,
 )
 from .batch import StepBatch, StepBatchError, factorize
+from .explain import step_groups
 from .registry import (
     CreditResult,
     TrainerAsks,
@@ -62,5 +63,6 @@ __all__ = [
     "options",
     "register",
     "response_token_step",
+    "step_groups",
     "step_to_tokens",
 ]

@@ -41,6 +41,7 @@ BUILTIN: dict[str, str] = {
     "Hanabi-v0": "agentrl.envs.openspiel.env:hanabi",
     "TinyHanabi-v0": "agentrl.envs.openspiel.env:tiny_hanabi",
     "Goofspiel-v0": "agentrl.envs.openspiel.env:goofspiel",
+    "Agent-v0": "agentrl.envs.agent:AgentTasksEnv",
 }
 
 _plugins_loaded = False

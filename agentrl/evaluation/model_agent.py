@@ -33,8 +33,8 @@ backend seeds request ``i`` from it), so a rerun with the same ``num_envs`` is i
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -341,9 +341,13 @@ class ModelAgent:
         )
         return cls(resolve_model_settings(c), seed=_seed(cfg))
 
-    def runner(self, pool: EnvPool, max_steps: int) -> EpisodeRunner:
-        """The episode runner on ``pool``: built as training builds its own (same builder)."""
-        return build_runner(self.config, pool, self.backend, self.tokenizer, max_steps=max_steps)
+    def runner(self, pool: EnvPool, max_steps: int, env: str | None = None) -> EpisodeRunner:
+        """The episode runner on ``pool`` of ``env``: built as training builds its own (same
+        builder; ``Agent-v0``'s runner plays the user's program through the gateway)."""
+        cfg = self.config
+        if env is not None:
+            cfg = replace(cfg, env=replace(cfg.env, id=env))
+        return build_runner(cfg, pool, self.backend, self.tokenizer, max_steps=max_steps)
 
     def run(
         self,
@@ -357,9 +361,11 @@ class ModelAgent:
         step_timeout: float | None = None,
         progress: bool = False,
         pool_options: Mapping[str, Any] | None = None,
+        on_result: Callable[[int, Any], None] | None = None,
     ) -> list[EpisodeRecord]:
         """Play every task once, ``num_envs`` at a time; records in task order. ``pool_options``
-        go to :func:`agentrl.pool.make_pool` (``backend="ray"`` and its actor settings)."""
+        go to :func:`agentrl.pool.make_pool` (``backend="ray"`` and its actor settings);
+        ``on_result(task index, episode)`` gets each finished ``EpisodeResult`` (traces)."""
         if max_steps is None or max_steps < 1:
             raise ValueError(
                 f"agent={self.name} needs a step cap (max_steps >= 1), got {max_steps}"
@@ -377,12 +383,14 @@ class ModelAgent:
             step_timeout=step_timeout,
             **dict(pool_options or {}),
         )
-        runner = self.runner(pool, int(max_steps))
+        runner = self.runner(pool, int(max_steps), env)
         bar, bar_task = _progress(len(tasks), progress, f"{self.name} on {env}")
         records: dict[int, EpisodeRecord] = {}  # by task index, as each episode ends
 
         def record(k: int, ep: Any) -> None:
             records[k] = record_from_rollout(ep, env)
+            if on_result is not None:
+                on_result(k, ep)
             if bar is not None:
                 wins = sum(r.won for r in records.values())
                 bar.update(bar_task, advance=1, status=f"success {wins}/{len(records)}")

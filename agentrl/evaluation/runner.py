@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..episodes import Episode, Move, ResetError, Turn, play_episodes
+from ..episodes import Episode, EpisodeResult, Move, ResetError, Turn, play_episodes
 from ..pool import EnvPool, EnvSpec, make_pool
 from .records import EpisodeRecord
 from .tasks import EvalTask, eval_resets
@@ -152,8 +152,10 @@ def play_tasks(
     progress: bool = False,
     on_episode: Callable[[EpisodeRecord], None] | None = None,
     pool_options: Mapping[str, Any] | None = None,
+    on_result: Callable[[int, EpisodeResult], None] | None = None,
 ) -> list[EpisodeRecord]:
-    """Play every task once; returns one :class:`EpisodeRecord` per task, in task order.
+    """Play every task once; returns one :class:`EpisodeRecord` per task, in task order;
+    ``on_result(task index, episode)`` gets each finished episode step by step (traces).
 
     Envs are ``envs.make(env, **env_kwargs)``, or ``env_fn()`` when given (a picklable factory,
     for envs outside the registry). ``max_steps`` caps each episode (it ends as truncated), on
@@ -190,6 +192,8 @@ def play_tasks(
 
     def finish(ep: Episode) -> None:
         rec = records[ep.task.index] = _record(env, ep)
+        if on_result is not None and ep.result is not None:
+            on_result(ep.task.index, ep.result)
         if on_episode is not None:
             on_episode(rec)
         if bar is not None:

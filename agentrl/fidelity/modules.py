@@ -71,6 +71,9 @@ LEFT_OUT = {
     "hiper": "its three streams need a policy that writes switch decisions and subgoals, and a "
     "three-head critic: measured in its own section (HiPER: hierarchical advantages against the "
     "exact option advantages) on an option policy over the pick-and-place tasks",
+    "mars": "a multi-agent module: it needs the acting agent and the game of every step, which "
+    "the lab's single-agent MDPs do not have; measured on the games instead (docs/envs/"
+    "multi-agent.md: Kuhn poker's exact exploitability)",
 }
 
 

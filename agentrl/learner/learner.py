@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from ..config import ConfigError, LearnerConfig, field_problems
+from .capture import TokenCapture
 from .corrections import correction_weights, kept_tokens, mismatch_metrics
 from .forward import response_forward
 from .losses import normaliser, value_loss
@@ -128,6 +129,9 @@ class Learner(ScoringPasses):
         #: the share of the update done (a progress line; a signal's deadline may raise there)
         self.on_micro_batch: Callable[[int, float], None] | None = None
         self._progress = (0, 1, 0)  # this update: mini-batches done, their total, micro-batches
+        #: set for one update to keep the per-token loss quantities of a few step rows
+        #: (trajectory traces; :class:`~agentrl.learner.capture.TokenCapture`); ``None``: off
+        self.capture: TokenCapture | None = None
 
     def lr_factor(self) -> float:
         """The schedule's multiplier for the next update (1 with the default constant schedule)."""
@@ -420,6 +424,9 @@ class Learner(ScoringPasses):
         loss, terms, tok = policy_objective(fo.logprobs, fo.entropy, old_lp, tok_adv,
                                            mask, pg_mask, ref_lp, self._objective_cfg, denom,
                                            pg_w)  # fmt: skip
+        if self.capture is not None:  # trajectory traces: the chosen rows' per-token values
+            self.capture.take(batch.step_rows, batch.response_mask, fo.logprobs, old_lp, tok_adv,
+                              pg_mask)  # fmt: skip
         vl = torch.zeros((), device=loss.device)
         if vr is not None:
             vl = vr.loss(self._three_values(fo), batch.step_rows, inp.old_values, value_denom, cfg)

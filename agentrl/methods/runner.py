@@ -17,7 +17,10 @@ from ..pool import EnvPool
 from ..rollout import ActionFormat, EpisodeRunner, PromptBuilder, PromptConfig, RunnerSettings
 from .registry import format_hook, resolve_tool_syntax
 
-__all__ = ["action_format", "build_runner"]
+__all__ = ["AGENT_ENV", "action_format", "build_runner"]
+
+#: The env whose episodes an agent program plays through the gateway (``env=agent``).
+AGENT_ENV = "Agent-v0"
 
 
 def build_runner(
@@ -28,7 +31,8 @@ def build_runner(
     *,
     max_steps: int | None = None,
 ) -> EpisodeRunner:
-    """The runner of ``cfg``: prompts from ``rollout.prompt``, responses in the action format the
+    """The runner of ``cfg`` (for ``Agent-v0``, :class:`agentrl.gateway.runner.AgentRunner`, the
+    same interface: the user's program plays each episode through the gateway): prompts from ``rollout.prompt``, responses in the action format the
     credit module asks for (else ``rollout.action``'s; its prompt hint, if any, replaces
     ``rollout.prompt.response_hint``; ``rollout.action_format`` selects the tag or the tool-call
     format, ``rollout.tool_syntax`` the call syntax), the token cap, sampling truncation and constrained decoding
@@ -41,6 +45,11 @@ def build_runner(
     settings = RunnerSettings(
         max_steps or cfg.env.max_steps, r.max_new_tokens, r.top_p, r.top_k, r.constrained
     )
+    if cfg.env.id.split("/")[-1] == AGENT_ENV:  # the user's program plays: through the gateway
+        from ..gateway.runner import AgentRunner  # the serve extra (starlette, uvicorn)
+
+        syntax = resolve_tool_syntax(r.tool_syntax, getattr(tokenizer, "chat_template", None))
+        return AgentRunner(pool, backend, tokenizer, settings, syntax=syntax)
     builder = PromptBuilder(tokenizer, PromptConfig(**prompt))
     return EpisodeRunner(pool, backend, builder, action_format(cfg, tokenizer), tokenizer, settings)
 

@@ -179,23 +179,27 @@ class ToolCallFormat(ActionFormat):
 
     # -- reading a response -----------------------------------------------------------------------
     def parse(self, response: str, finish_reason: str = "stop") -> ParsedAction:
-        if not isinstance(response, str) or not response.strip():
-            return ParsedAction(None, "empty response")
-        text = response
-        if self.require_think and not _THINK.search(text):
-            return ParsedAction(None, "missing <think> block")
-        if self.think:
-            text = _THINK.sub("", text)
-        if not self.tools:
-            return ParsedAction(None, "the env declares no tools (info['tools'])")
-        found = (
-            self._hermes(text, finish_reason)
-            if self.syntax == "hermes"
-            else self._llama(text, finish_reason)
-        )
+        found = self.read_call(response, finish_reason)
         if isinstance(found, str):
             return ParsedAction(None, found)
         return self.parse_call(*found)
+
+    def read_call(self, response: str, finish_reason: str = "stop") -> tuple[str, Any] | str:
+        """``(name, arguments)`` of the one call in ``response`` as the template's syntax writes
+        it (not yet checked against the tools), or why there is none: the reading :meth:`parse`
+        and the OpenAI-compatible gateway (:mod:`agentrl.gateway`) share."""
+        if not isinstance(response, str) or not response.strip():
+            return "empty response"
+        text = response
+        if self.require_think and not _THINK.search(text):
+            return "missing <think> block"
+        if self.think:
+            text = _THINK.sub("", text)
+        if not self.tools:
+            return "the env declares no tools (info['tools'])"
+        if self.syntax == "hermes":
+            return self._hermes(text, finish_reason)
+        return self._llama(text, finish_reason)
 
     def beside_call(self, text: str | None) -> str:
         """Why ``text`` that came with a call already split off (an endpoint's ``content`` next

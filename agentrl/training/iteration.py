@@ -227,6 +227,7 @@ def train_row(
         "time/env_s": stats.env_s,
         "mem/peak_rss_mb": peak_rss_mb(),
     }
+    row.update({k: float(v) for k, v in stats.counters.items()})  # a rollout source's own counts
     cuda_mb = peak_cuda_mb()
     if cuda_mb is not None:
         row["mem/peak_cuda_mb"] = cuda_mb

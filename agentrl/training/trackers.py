@@ -3,7 +3,9 @@
 ``trainer.loggers`` names them (default ``[tensorboard]``). Every tracker gets the same things:
 the resolved config once, every metrics row (its finite numbers, at ``step = iteration``), a
 per-category table for every evaluation row, and at the end the figures, the summary's scalars
-and the final model folder's path. W&B runs offline unless ``trainer.wandb.mode`` says otherwise
+and the final model folder's path. W&B and MLflow also get the trajectory traces
+(``trainer.traces``): W&B a table per trace file, one row per step; MLflow the files as
+artifacts under ``traces/``. W&B runs offline unless ``trainer.wandb.mode`` says otherwise
 (``wandb sync`` uploads later); MLflow writes to a local file store under the run folder unless
 ``trainer.mlflow.tracking_uri`` points elsewhere. Each is an optional extra; a missing one is a
 config error naming the extra (checked before any work by ``TrainerConfig``).
@@ -20,8 +22,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..evaluation import parse_metric_key
+from ..evaluation.traces import read_trace
 
-__all__ = ["LOGGERS", "Tracker", "category_table", "make_trackers", "numbers"]
+__all__ = ["LOGGERS", "Tracker", "category_table", "make_trackers", "numbers", "trace_table"]
 
 #: ``trainer.loggers`` values and the module each needs.
 LOGGERS = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
@@ -134,6 +137,12 @@ class WandbTracker:
         if final_model is not None:
             self.run.summary["final_model"] = str(final_model)
 
+    def log_traces(self, path: Path, step: int) -> None:
+        """A trace file as a W&B table, one row per step (``traces/<file>``)."""
+        columns, rows = trace_table(path)
+        self.run.log({f"traces/{_stem(path)}": self.wandb.Table(columns=columns, data=rows)},
+                     step=step)  # fmt: skip
+
     def close(self) -> None:
         self.run.finish()
 
@@ -177,6 +186,10 @@ class MLflowTracker:
         if final_model is not None:
             self.client.set_tag(self.run_id, "final_model", str(final_model))
 
+    def log_traces(self, path: Path, step: int) -> None:
+        """A trace file as an artifact under ``traces/``."""
+        self.client.log_artifact(self.run_id, str(path), "traces")
+
     def close(self) -> None:
         self.client.set_terminated(self.run_id)
 
@@ -210,6 +223,42 @@ def close_all(trackers: Sequence[Tracker]) -> None:
             tr.close()
         except Exception as exc:  # noqa: BLE001 - a tracker must not lose a finished run
             print(f"warning: closing {type(tr).__name__} failed: {exc}", file=sys.stderr)
+
+
+#: The columns of a trace table (one row per step; :func:`trace_table`).
+TRACE_COLUMNS = ["phase", "iteration", "task_id", "category", "group", "traj", "agent", "t",
+                 "observation", "response", "action", "valid", "reward", "advantage", "outcome"]  # fmt: skip
+
+
+def trace_table(path: Path) -> tuple[list[str], list[list[Any]]]:
+    """``(columns, rows)`` of a trace file: one row per step, its episode's ids and outcome."""
+    meta, episodes = read_trace(path)
+    rows = [
+        [
+            meta.get("phase"),
+            meta.get("iteration"),
+            ep["task_id"],
+            ep["category"],
+            ep["group"],
+            ep["traj"],
+            s.get("agent") or "",
+            s["t"],
+            s["observation"],
+            s["response_text"],
+            s["action"] or "",
+            s["valid"],
+            s["reward"],
+            s.get("advantage"),
+            ep["outcome"],
+        ]  # fmt: skip
+        for ep in episodes
+        for s in ep["steps"]
+    ]
+    return list(TRACE_COLUMNS), rows
+
+
+def _stem(path: Path) -> str:
+    return path.name.split(".")[0]
 
 
 def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

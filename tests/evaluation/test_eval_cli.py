@@ -35,6 +35,21 @@ def test_expert_scores_100_and_outputs_agree(tmp_path):
     assert (tmp_path / "success.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_the_first_tasks_are_traced_step_by_step(tmp_path):
+    from agentrl.evaluation.traces import read_trace
+
+    report = evaluate(cfg_with(tmp_path, "agent=expert", "episodes=6", "traces=4"))
+    meta, episodes = read_trace(tmp_path / "traces" / "eval_expert.jsonl")
+    assert meta["kind"] == "eval" and meta["agent"] == "expert"
+    assert [e["task_id"] for e in episodes] == [str(1_000_000_000 + i) for i in range(4)]
+    for e, rec in zip(episodes, report.records):
+        assert e["won"] == rec.won and e["outcome"] == "won"
+        assert len(e["steps"]) == rec.steps and all(s["valid"] for s in e["steps"])
+        assert e["steps"][0]["observation"] and e["steps"][0]["action"]
+    evaluate(cfg_with(tmp_path / "off", "agent=random", "episodes=2", "traces=0"))
+    assert not (tmp_path / "off" / "traces").exists()
+
+
 def test_env_config_defaults_and_overrides(tmp_path):
     report = evaluate(cfg_with(tmp_path, "agent=random", "episodes=10", "max_steps=3", "seed=7"))
     meta = report.meta

@@ -306,3 +306,32 @@ def test_k1_is_refused_as_a_loss_term_with_its_reason(tiny):
     model, tok = tiny
     with pytest.raises(ConfigError, match=r"trainer\.kl_estimator k1 is refused in the loss"):
         Learner(model, LearnerConfig(kl_coef=0.1, kl_estimator="k1"), tok.pad_token_id)
+
+
+def test_the_capture_keeps_the_chosen_rows_as_the_loss_saw_them(tiny, sokoban_pool):
+    """Trajectory traces' hook: only the chosen step rows, once each (their first pass), with the
+    learner's log-probs of the weights before the step (one mini-batch: no step before the loss),
+    the engine's as π_old, ρ = exp(difference), and the step advantage on every token."""
+    from agentrl.learner.capture import TokenCapture
+
+    model, tok = tiny
+    eps = _rollout(model, tok, sokoban_pool, constrained=False, max_new_tokens=5)
+    _, seqs = to_step_batch(eps)
+    adv = np.random.default_rng(3).normal(size=len(seqs)).astype(np.float32)
+    learner = Learner(
+        model, LearnerConfig(epochs=2, minibatch_size=len(seqs), micro_batch_size=3),
+        tok.pad_token_id,
+    )  # fmt: skip
+    chosen = [0, 3, len(seqs) - 1]
+    before = learner.logprobs([seqs[i] for i in chosen])
+    learner.capture = TokenCapture([seqs[i].step_row for i in chosen], 0.2, 0.2)
+    learner.update(seqs, adv)
+    got = learner.capture.got
+    assert sorted(got) == sorted(seqs[i].step_row for i in chosen)
+    for i, lp in zip(chosen, before):
+        g, s = got[seqs[i].step_row], seqs[i]
+        np.testing.assert_allclose(g["learner_logprob"], lp, atol=1e-5)
+        np.testing.assert_allclose(g["old_logprob"], s.old_logprobs, atol=1e-6)
+        np.testing.assert_allclose(g["ratio"], np.exp(lp - np.asarray(s.old_logprobs)), rtol=1e-4)
+        np.testing.assert_allclose(g["advantage"], adv[s.step_row])
+        assert len(g["clipped"]) == len(s.response_ids) and g["in_loss"].all()

@@ -40,6 +40,30 @@ def test_mlflow_holds_config_metrics_tables_figure_and_model(run):
     assert figures == {"figures/training_curve.png"}
 
 
+def test_traces_reach_mlflow_and_wandb(run):
+    """The trace files as MLflow artifacts; a W&B table per file, one row per traced step."""
+    from mlflow.tracking import MlflowClient
+
+    from agentrl.evaluation.traces import read_trace, trace_files
+
+    out, _ = run
+    files = trace_files(out)
+    names = {p.name for p in files}
+    assert names == {"eval_initial.jsonl", "eval_final.jsonl", "train_000001.jsonl",
+                     "train_000002.jsonl"}  # fmt: skip
+    client = MlflowClient((out / "mlruns").resolve().as_uri())
+    (mlrun,) = client.search_runs([client.get_experiment_by_name("agentrl").experiment_id])
+    got = {a.path for a in client.list_artifacts(mlrun.info.run_id, "traces")}
+    assert got == {f"traces/{n}" for n in names}
+    (wrun,) = (out / "wandb").glob("offline-run-*")
+    for path in files:
+        (table,) = (wrun / "files" / "media" / "table" / "traces").glob(f"{path.stem}_*.table.json")
+        data = json.loads(table.read_text())
+        _, episodes = read_trace(path)
+        assert len(data["data"]) == sum(len(e["steps"]) for e in episodes) > 0
+        assert data["columns"][:3] == ["phase", "iteration", "task_id"]
+
+
 def test_wandb_wrote_an_offline_run(run):
     out, _ = run
     runs = list((out / "wandb").glob("offline-run-*"))

@@ -1,0 +1,186 @@
+"""The gateway's overhead per call, and its calls/s with concurrent sessions, on the tiny model.
+
+    python scripts/bench_gateway.py                      # both parts below
+    python scripts/bench_gateway.py --only overhead --calls 200
+    python scripts/bench_gateway.py --only concurrency --sessions 1 16 64
+
+- overhead: the same request, alternated: a direct ``HFBackend.generate`` of the prompt ids
+  (the engine alone) against a ``/v1/chat/completions`` POST to the gateway on loopback (one
+  keep-alive HTTP client; the gateway renders the chat template, queues the request to its
+  engine thread, decodes and reads the reply, records the call). Greedy, a fixed response length
+  (``--tokens``), so both sample the same tokens. Median and p99 of the per-call difference, and
+  the ratio of the medians.
+- the gateway alone: the same POSTs with a backend that samples nothing (it returns four fixed
+  tokens at once): the HTTP round trip and the gateway's own work, client included, without the
+  thread hand-offs competing with a running engine.
+- concurrency: N sessions, each a thread with its own HTTP client making ``--per-session`` calls
+  of a growing dialogue, spread over ``--procs`` client processes (so the clients do not share
+  the server's interpreter); calls/s over the whole run, against the engine's own calls/s when it is
+  given the same prompts N at a time (batched: what the gateway's engine thread can do at best).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+import httpx
+import numpy as np
+import torch
+
+from agentrl.backends.base import Generation, SamplingParams
+from agentrl.backends.hf import HFBackend
+from agentrl.gateway import Gateway
+from agentrl.gateway.chat import parse_request
+from agentrl.models import load_model
+
+MSGS = [
+    {"role": "system", "content": "Answer the question. Use the tools."},
+    {"role": "user", "content": "Where does A live?"},
+]
+
+
+def overhead(gw: Gateway, backend: HFBackend, tok, calls: int, tokens: int) -> None:
+    prompt = gw.renderer.full(_messages(), ())
+    sampling = SamplingParams(max_new_tokens=tokens, temperature=0.0, seed=0)
+    body = {"model": "x", "messages": MSGS, "temperature": 0, "max_tokens": tokens}
+    direct, through = [], []
+    with httpx.Client(base_url=gw.base_url, headers={"Authorization": "Bearer bench"}) as http:
+        for i in range(calls + 5):
+            t0 = time.perf_counter()
+            g = backend.generate([prompt], sampling)[0]
+            t1 = time.perf_counter()
+            r = http.post("/chat/completions", json=body)
+            t2 = time.perf_counter()
+            r.raise_for_status()
+            assert r.json()["usage"]["completion_tokens"] == len(g.token_ids)
+            if i >= 5:  # warm-up left out
+                direct.append(t1 - t0)
+                through.append(t2 - t1)
+    diff = np.array(through) - np.array(direct)
+    md, mg = statistics.median(direct), statistics.median(through)
+    print(f"overhead ({calls} calls, {tokens} tokens, greedy): direct engine median "
+          f"{md * 1e3:.2f} ms, through the gateway {mg * 1e3:.2f} ms; added per call: median "
+          f"{np.median(diff) * 1e3:.2f} ms, p99 {np.percentile(diff, 99) * 1e3:.2f} ms; "
+          f"ratio {mg / md:.2f}x")  # fmt: skip
+
+
+class Instant:
+    """A backend that answers at once with four fixed tokens (the gateway's own cost alone)."""
+
+    def __init__(self, stop: int):
+        self.stop = stop
+
+    def generate(self, prompts, sampling, allowed=None):
+        return [Generation([40, 41, 42, self.stop], [-1.0] * 4) for _ in prompts]
+
+    def update_weights(self, state_dict) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def alone(tok, calls: int) -> None:
+    body = {"model": "x", "messages": MSGS, "temperature": 0}
+    with Gateway(Instant(tok.eos_token_id), tok) as gw:
+        gw.start()
+        with httpx.Client(base_url=gw.base_url, headers={"Authorization": "Bearer b"}) as http:
+            ts = []
+            for i in range(calls + 10):
+                t0 = time.perf_counter()
+                http.post("/chat/completions", json=body).raise_for_status()
+                if i >= 10:
+                    ts.append(time.perf_counter() - t0)
+    print(f"the gateway alone (an engine that answers at once; {calls} calls): round trip "
+          f"median {np.median(ts) * 1e3:.2f} ms, p99 {np.percentile(ts, 99) * 1e3:.2f} ms")  # fmt: skip
+
+
+def _messages():
+    return parse_request({"messages": MSGS}).messages
+
+
+#: One client process: ``threads`` sessions, ``per`` calls each, started at ``start`` (epoch s);
+#: prints the calls made and the time the last one ended. Only httpx is imported (fast start).
+CLIENT = """
+import json, sys, threading, time
+import httpx
+url, prefix, threads, per, tokens, start = sys.argv[1], sys.argv[2], *map(float, sys.argv[3:7])
+msgs0 = json.loads(sys.argv[7])
+done = []
+def session(k):
+    msgs = list(msgs0)
+    with httpx.Client(base_url=url, timeout=600, headers={"Authorization": f"Bearer {prefix}-{k}"}) as h:
+        for _ in range(int(per)):
+            r = h.post("/chat/completions", json={"model": "x", "messages": msgs, "max_tokens": int(tokens)})
+            r.raise_for_status()
+            msgs = [*msgs, r.json()["choices"][0]["message"], {"role": "user", "content": "go on"}]
+            done.append(1)
+time.sleep(max(0.0, start - time.time()))
+ts = [threading.Thread(target=session, args=(k,)) for k in range(int(threads))]
+[t.start() for t in ts]
+[t.join() for t in ts]
+print(len(done), time.time())
+"""
+
+
+def concurrency(
+    gw: Gateway, backend: HFBackend, sessions: list[int], per: int, tokens: int, procs: int
+) -> None:
+    """N sessions in ``procs`` client processes (threads inside), all starting at one moment."""
+    for n in sessions:
+        k = min(n, procs)
+        start = time.time() + 5.0  # every client process has imported httpx by then
+        clients = [
+            subprocess.Popen(
+                [sys.executable, "-c", CLIENT, gw.base_url, f"c{n}-{i}",
+                 str(n // k + (i < n % k)), str(per), str(tokens), str(start), json.dumps(MSGS)],
+                stdout=subprocess.PIPE, text=True,
+            )
+            for i in range(k)
+        ]  # fmt: skip
+        calls0 = gw.engine.calls
+        outs = [c.communicate(timeout=600)[0].split() for c in clients]
+        made, last = sum(int(o[0]) for o in outs), max(float(o[1]) for o in outs)
+        rate = made / (last - start)
+        # the engine alone: the same number of calls, n prompts per generate call
+        prompt = gw.renderer.full(_messages(), ())
+        sampling = SamplingParams(max_new_tokens=tokens, temperature=1.0, seed=0)
+        t1 = time.perf_counter()
+        for _ in range(per):
+            backend.generate([prompt] * n, sampling)
+        eng = n * per / (time.perf_counter() - t1)
+        print(f"{n:3d} sessions x {per} calls ({k} client processes): {rate:7.1f} calls/s through "
+              f"the gateway, {made} calls in {gw.engine.calls - calls0} engine calls; the engine "
+              f"alone, {n} prompts a call: {eng:7.1f} calls/s; ratio {rate / eng:.2f}")  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--only", choices=["overhead", "concurrency"], default=None)
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--tokens", type=int, default=8)
+    ap.add_argument("--sessions", type=int, nargs="+", default=[1, 16, 64])
+    ap.add_argument("--per-session", type=int, default=4)
+    ap.add_argument("--procs", type=int, default=4, help="client processes (sessions split)")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    model, tok, _ = load_model("tiny")
+    model.eval()
+    backend = HFBackend(model, tok.pad_token_id)
+    with Gateway(backend, tok, max_tokens=args.tokens) as gw:
+        gw.start()
+        if args.only in (None, "overhead"):
+            overhead(gw, backend, tok, args.calls, args.tokens)
+            alone(tok, args.calls)
+        if args.only in (None, "concurrency"):
+            concurrency(gw, backend, args.sessions, args.per_session, args.tokens, args.procs)
+
+
+if __name__ == "__main__":
+    main()
