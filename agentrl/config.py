@@ -406,10 +406,48 @@ class ActionSettings:
 
 
 @dataclass
+class FleetConfig:
+    """vLLM servers apart from the trainer when `rollout=fleet` (docs/distributed.md)."""
+
+    servers: int = opt(
+        2, "servers agentrl launches on this machine (ignored when urls are given)", num(1)
+    )
+    urls: list[str] = opt(
+        help="roots of servers started elsewhere (python -m agentrl.serve MODEL --fleet-member), e.g. http://host:8000; empty: launch rollout.fleet.servers",
+        factory=list,
+    )
+    max_failures: int = opt(
+        3, "a server failing this many calls in a row stops the run (one line naming it)", num(1)
+    )
+    transfer: str = opt(
+        "auto",
+        "weight-transfer engine: agentrl_gloo (CPU, agentrl's vLLM plugin), nccl (GPUs, vLLM's) or auto (nccl where CUDA runs)",
+        one_of("auto", "agentrl_gloo", "nccl"),
+    )
+    trainer_address: str = opt(
+        "127.0.0.1", "the trainer's address the servers connect to for weight transfer"
+    )
+    request_timeout: float = opt(
+        300.0,
+        "seconds a request may take before its server counts as hung (replayed elsewhere)",
+        POSITIVE,
+    )
+    startup_timeout: float = opt(900.0, "seconds a launched server may take to start", POSITIVE)
+    concurrency: int = opt(64, "requests in flight at once over the whole fleet", num(1))
+    extra_args: list[str] = opt(
+        help="extra arguments of every launched server's vLLM command", factory=list
+    )
+
+
+@dataclass
 class RolloutConfig:
     """Group `rollout`: tasks per iteration, sampling, prompt, action format and the engine."""
 
-    backend: str = opt("hf", "generation engine: hf (transformers) or vllm", one_of("hf", "vllm"))
+    backend: str = opt(
+        "hf",
+        "generation engine: hf (transformers), vllm (in process) or fleet (vLLM servers apart)",
+        one_of("hf", "vllm", "fleet"),
+    )
     tasks_per_iter: int = opt(16, "training tasks (groups) per iteration", num(1))
     group_size: int = opt(
         8, "rollouts per task, all reset with the task's seed (same start state)", num(1)
@@ -502,6 +540,7 @@ class RolloutConfig:
     engine_kwargs: dict[str, Any] = opt(
         help="vllm: any other vllm.LLM argument, passed as is", factory=dict
     )
+    fleet: FleetConfig = opt(help="fleet: the vLLM servers (rollout=fleet)", factory=FleetConfig)
 
     def cross_checks(self) -> Iterator[tuple[str, str]]:
         if self.action.require_think and not self.action.think:

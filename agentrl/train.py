@@ -25,6 +25,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from .backends.base import BackendError
 from .config import ConfigError, TrainConfig, load_config
 from .distributed import close_distributed, record
 from .overrides import unknown_group_option
@@ -61,6 +62,9 @@ def main(raw: DictConfig) -> None:
     except (CheckpointError, ConfigError) as exc:  # a checkpoint, LoRA targets, the vLLM engine
         print(exc, file=sys.stderr)
         sys.exit(2)
+    except BackendError as exc:  # an engine that cannot go on (a fleet's server)
+        print(exc, file=sys.stderr)
+        sys.exit(1)
 
 
 def prepare(raw: DictConfig, out: str | None) -> TrainConfig:

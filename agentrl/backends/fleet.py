@@ -1,0 +1,685 @@
+"""Rollouts on a fleet of vLLM OpenAI servers apart from the trainer (``rollout=fleet``).
+
+:class:`FleetBackend` implements :class:`~agentrl.backends.base.Backend` over N vLLM servers,
+launched here (``rollout.fleet.servers``, each ``python -m agentrl.serve MODEL --fleet-member``
+in its own process session) or started elsewhere (``rollout.fleet.urls``). What the in-process
+engine guarantees holds over HTTP:
+
+- token in, token out: each request goes to vLLM's ``/inference/v1/generate`` with the prompt's
+  token ids and vLLM's own sampling parameters (the in-process engine's, built by the same
+  code: seed, stop tokens, ``ignore_eos``, ``logprobs=0``, the allowed sequences of the trie
+  logits processor in ``extra_args``); the reply carries the response's token ids, the engine's
+  processed log-prob of each, and the weight version that sampled each token;
+- weights travel through vLLM's weight-transfer API (:mod:`agentrl.backends.fleet_transfer`):
+  each server is paused (its prefix cache cleared), receives the learner's tensors, takes the
+  new version label with ``/finish_weight_update`` and resumes. Version ``v`` is the ``v``-th
+  sync (0: the weights the servers started with); every :class:`Generation` records it in
+  ``extra["policy_version"]``;
+- a server holding other weights is refused before it samples for training: at attach, a
+  seeded probe's log-probs must match the trainer's own model (another model, other weights);
+  at every call, the server's ``/weight_info`` must be the fleet's version, and every reply's
+  version spans too (a server someone else updated, one a sync missed).
+
+Routing: the calls of one conversation (``SamplingParams.sessions``, an episode) go to the
+server that served its first call while that server lives (its prefix cache holds the growing
+context); other requests go to the server with the fewest outstanding tokens (prompt plus token
+cap of the requests in flight).
+
+Faults: a request that fails (connection refused or reset, a timeout, an HTTP error) is replayed
+on another server with the same body, seed included, so its result is the one the first server
+would have given. A server whose process exited, or whose ``/health`` no longer answers, leaves
+the fleet; one that answers but fails ``rollout.fleet.max_failures`` calls in a row stops the
+run with one line naming it, as does a fleet with no server left. :meth:`FleetBackend.close`
+(also at interpreter exit) stops every server this process launched, with their engine
+processes (their own process group).
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import contextlib
+import json
+import logging
+import math
+import os
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .base import BackendError, Generation, SamplingParams
+from .fleet_transfer import HTTPClient, TransferError, open_sender, send, state_source
+from .remote import quiet_http_logs
+from .trie import ALLOWED_KEY, Trie, leaf_only_tokens, trie_prefix
+from .vllm_server import MEMBER_ENV, member_command, member_transfer
+from .weight_names import checkpoint_items
+
+__all__ = ["FleetBackend", "FleetError", "Server"]
+
+log = logging.getLogger(__name__)
+PROBE_PROMPT = (1, 5, 9, 13, 17, 21, 25, 29)
+MAX_SESSIONS = 100_000  # conversations remembered for affinity (oldest forgotten first)
+
+
+class FleetError(BackendError):
+    """The fleet cannot go on: one line naming the server and why."""
+
+
+class _RequestFailed(Exception):
+    """One request failed on one server (replayed elsewhere)."""
+
+
+def _die_with_parent() -> None:
+    """In a launched server, before it runs: SIGTERM when the trainer dies, even by SIGKILL
+    (Linux's parent-death signal, sent when the thread that launched it ends: the fleet is
+    built on the trainer's main thread; elsewhere than Linux nothing)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class _DaemonPool:
+    """``map`` over daemon threads: a request stuck on a half-dead server (one that keeps its
+    connection open and never answers) cannot hold the interpreter's exit, as the joined
+    threads of a ``ThreadPoolExecutor`` would, for up to ``rollout.fleet.request_timeout``."""
+
+    def __init__(self, workers: int):
+        self._jobs: queue.Queue = queue.Queue()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"fleet-{i}", daemon=True)
+            for i in range(workers)
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fn, arg, future = job
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(arg))
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                    future.set_exception(exc)
+
+    def map(self, fn: Any, items: Sequence[Any]) -> list[Any]:
+        futures = [Future() for _ in items]
+        for item, future in zip(items, futures, strict=True):
+            self._jobs.put((fn, item, future))
+        return [f.result() for f in futures]
+
+    def shutdown(self) -> None:
+        for _ in self._threads:
+            self._jobs.put(None)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    """One member of the fleet, as the trainer sees it."""
+
+    url: str  # the server root (no /v1)
+    proc: subprocess.Popen | None = None  # launched here: its process (group leader)
+    log_path: Path | None = None
+    alive: bool = True
+    failures: int = 0  # calls in a row in which it failed a request
+    outstanding: int = 0  # tokens of the requests in flight (prompt + cap)
+    version: int = 0
+    sender: Any = None  # the trainer's weight-transfer engine for it (opened at the first sync)
+    why_out: str = ""
+    served: int = 0  # requests answered
+    client: HTTPClient = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.url = self.url.rstrip("/").removesuffix("/v1")
+        self.client = HTTPClient(self.url)
+
+    def exited(self) -> bool:
+        return self.proc is not None and self.proc.poll() is not None
+
+    def log_tail(self, n: int = 1500) -> str:
+        if self.log_path is None or not self.log_path.is_file():
+            return ""
+        return " ".join(self.log_path.read_text(errors="replace")[-n:].split())
+
+
+def _post(http: Any, url: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """One JSON POST on the fleet's kept-alive connections (``http``: an ``httpx.Client``)."""
+    import httpx
+
+    try:
+        reply = http.post(url, json=body, timeout=timeout)
+    except httpx.TransportError as exc:  # refused, reset, timed out
+        raise _RequestFailed(f"{type(exc).__name__}: {exc}") from None
+    if reply.status_code != 200:
+        detail = " ".join(reply.text.split())[:300]
+        raise _RequestFailed(f"HTTP {reply.status_code}: {detail}")
+    try:
+        return reply.json()
+    except ValueError as exc:
+        raise _RequestFailed(f"a reply that is not JSON: {exc}") from None
+
+
+def _get_ok(url: str, timeout: float = 3.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as reply:
+            return reply.status == 200
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+def _model_dtype(model_path: str, dtype: str) -> str:
+    """``auto``: the checkpoint's own dtype (vLLM's ``auto`` may run float32 in bfloat16)."""
+    if dtype != "auto":
+        return dtype
+    try:
+        cfg = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return dtype
+    saved = cfg.get("dtype") or cfg.get("torch_dtype")
+    return saved if saved in ("float32", "bfloat16", "float16") else dtype
+
+
+class FleetBackend:
+    """Generation on a fleet of vLLM servers (see the module docstring).
+
+    Args:
+        model_path: the run's model folder (what launched servers serve).
+        model: the trainer's policy module, for the attach probe (``None``: no probe).
+        servers / urls: launch ``servers`` servers here, or use those at ``urls``.
+        max_failures: failed calls in a row after which a live server stops the run.
+        transfer: weight-transfer engine (``auto``, ``agentrl_gloo``, ``nccl``).
+        trainer_address: the address servers reach the trainer at for weight transfer.
+        dtype, max_model_len, kv_cache_memory_bytes, max_num_seqs: each launched server's.
+        request_timeout, startup_timeout, concurrency: seconds per request, seconds to start,
+            requests in flight over the fleet.
+        probe_tolerance: the largest log-prob difference the attach probe accepts.
+    """
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        model: torch.nn.Module | None = None,
+        servers: int = 2,
+        urls: Sequence[str] = (),
+        max_failures: int = 3,
+        transfer: str = "auto",
+        trainer_address: str = "127.0.0.1",
+        dtype: str = "auto",
+        max_model_len: int | None = None,
+        kv_cache_memory_bytes: int | None = None,
+        max_num_seqs: int = 256,
+        request_timeout: float = 300.0,
+        startup_timeout: float = 900.0,
+        concurrency: int = 64,
+        extra_args: Sequence[str] = (),
+        probe_tolerance: float | None = None,
+    ) -> None:
+        self.model_path = str(model_path)
+        self.max_failures = int(max_failures)
+        self.transfer = member_transfer(transfer, cpu=None if transfer == "auto" else True)
+        self.trainer_address = trainer_address
+        self.request_timeout = float(request_timeout)
+        self.version = 0
+        self.last_sync_seconds: float | None = None
+        self.last_sync_bytes: int | None = None
+        self.tokens_generated = 0
+        self.replayed = 0  # requests replayed on another server after a failure
+        self._sessions: collections.OrderedDict[str, Server] = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._source = state_source()
+        self._logdir: Path | None = None
+        self._keep_logs = False  # a server failed: its log stays for the user
+        self.servers: list[Server] = []
+        self._executor = _DaemonPool(int(concurrency))
+        import httpx  # kept-alive connections to every server
+
+        limits = httpx.Limits(max_connections=int(concurrency) + 4)
+        self._http = httpx.Client(limits=limits, trust_env=False)
+        quiet_http_logs()  # httpx logs a line per request otherwise
+        atexit.register(self.close)
+        try:
+            if urls:
+                self.servers = [Server(u) for u in urls]
+            else:
+                self._launch(int(servers), dtype, max_model_len, kv_cache_memory_bytes,
+                             max_num_seqs, list(extra_args))  # fmt: skip
+            self._wait_up(float(startup_timeout))
+            self.max_model_len = self._check_cards()
+            if model is not None:
+                self._probe(model, probe_tolerance)
+            for s in self.servers:  # version 0: the weights the servers start with
+                s.client.set_weight_version("0")
+        except BaseException:
+            self._keep_logs = True
+            self.close()
+            raise
+
+    @classmethod
+    def from_config(cls, cfg: Any, *, model_path: str | None, model: Any = None) -> FleetBackend:
+        """Build from the ``rollout`` config group (its engine keys and ``fleet``)."""
+        if not model_path:
+            raise ValueError("rollout=fleet needs a local model folder (model.name)")
+        get = cfg.get if hasattr(cfg, "get") else lambda k, d=None: getattr(cfg, k, d)
+        fleet = dict(get("fleet", None) or {})
+        return cls(
+            model_path,
+            model=model,
+            servers=int(fleet.get("servers", 2)),
+            urls=list(fleet.get("urls") or ()),
+            max_failures=int(fleet.get("max_failures", 3)),
+            transfer=str(fleet.get("transfer", "auto")),
+            trainer_address=str(fleet.get("trainer_address", "127.0.0.1")),
+            request_timeout=float(fleet.get("request_timeout", 300.0)),
+            startup_timeout=float(fleet.get("startup_timeout", 900.0)),
+            concurrency=int(fleet.get("concurrency", 64)),
+            extra_args=list(fleet.get("extra_args") or ()),
+            dtype=str(get("dtype", "auto")),
+            max_model_len=get("max_model_len", None),
+            kv_cache_memory_bytes=get("kv_cache_memory_bytes", None),
+            max_num_seqs=int(get("max_num_seqs", 256)),
+        )
+
+    # ---- start-up ------------------------------------------------------------------------
+
+    def _launch(
+        self,
+        n: int,
+        dtype: str,
+        max_model_len: int | None,
+        kv: int | None,
+        max_num_seqs: int,
+        extra: list[str],
+    ) -> None:
+        self._logdir = Path(tempfile.mkdtemp(prefix="agentrl-fleet-"))
+        for i in range(n):
+            port = free_port()
+            cmd = member_command(
+                self.model_path,
+                transfer=self.transfer,
+                host="127.0.0.1",
+                port=port,
+                dtype=_model_dtype(self.model_path, dtype),
+                max_model_len=-1 if max_model_len is None else max_model_len,  # -1: vLLM fits it
+                kv_cache_memory_bytes=kv,
+                extra=[
+                    "--max-num-seqs",
+                    str(max_num_seqs),
+                    "--disable-log-stats",  # a line per engine step and per request
+                    "--disable-uvicorn-access-log",  # otherwise: the log grows all run
+                    *extra,
+                ],
+            )
+            log_path = self._logdir / f"server{i}.log"
+            with open(log_path, "w") as out:
+                proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                        env={**os.environ, **MEMBER_ENV},
+                                        start_new_session=True,
+                                        preexec_fn=_die_with_parent)  # fmt: skip
+            self.servers.append(Server(f"http://127.0.0.1:{port}", proc, log_path))
+        log.info("fleet: %d vLLM servers starting (logs in %s)", n, self._logdir)
+
+    def _wait_up(self, timeout: float) -> None:
+        """Launched servers get ``timeout`` to start; servers given by url, which should be up
+        already, at most 60 s."""
+        if all(s.proc is None for s in self.servers):
+            timeout = min(timeout, 60.0)
+        deadline = time.monotonic() + timeout
+        waiting = list(self.servers)
+        while waiting:
+            for s in list(waiting):
+                if s.exited():
+                    raise FleetError(f"fleet server {s.url} exited at start ({s.proc.returncode}): "
+                                     f"{s.log_tail()}")  # fmt: skip
+                if _get_ok(s.url + "/health", timeout=2):
+                    waiting.remove(s)
+            if not waiting:
+                break
+            if time.monotonic() > deadline:
+                s = waiting[0]
+                raise FleetError(f"fleet server {s.url} not up after {timeout:.0f} s "
+                                 f"({'rollout.fleet.startup_timeout; ' if s.proc else ''}"
+                                 f"its /health does not answer) {s.log_tail(500)}")  # fmt: skip
+            time.sleep(0.5)
+
+    def _check_cards(self) -> int:
+        """Every server serves one model with the RL routes and the token endpoint; the
+        fleet's context is the smallest of theirs."""
+        lens = []
+        for s in self.servers:
+            try:
+                with urllib.request.urlopen(s.url + "/v1/models", timeout=10) as r:
+                    cards = json.loads(r.read())["data"]
+                s.client.weight_version(timeout=10)
+            except (OSError, urllib.error.URLError, KeyError, ValueError, TransferError) as exc:
+                raise FleetError(
+                    f"fleet server {s.url} lacks vLLM's RL API or model list ({exc}): start it "
+                    "with python -m agentrl.serve MODEL --fleet-member"
+                ) from None
+            if len(cards) != 1:
+                raise FleetError(f"fleet server {s.url} serves {len(cards)} models, not one")
+            lens.append(int(cards[0].get("max_model_len") or 0))
+        return min(lens)
+
+    @torch.no_grad()
+    def _probe(self, model: torch.nn.Module, tolerance: float | None) -> None:
+        """A seeded 8-token sample from every server, scored by the trainer's model: a server
+        whose log-probs differ serves other weights (another model, another version)."""
+        param = next(model.parameters())
+        tol = (
+            tolerance if tolerance is not None else (2e-3 if param.dtype == torch.float32 else 0.1)
+        )
+        sampling = SamplingParams(max_new_tokens=8, temperature=1.0, seed=12345)
+        body = self._body(0, list(PROBE_PROMPT), sampling, None)
+        for s in self.servers:
+            try:
+                choice = self._request(s, body)
+            except _RequestFailed as exc:
+                raise FleetError(f"fleet server {s.url} failed the attach probe: {exc}") from None
+            tokens, lps = self._tokens(choice)
+            ids = torch.tensor([list(PROBE_PROMPT) + tokens], device=param.device)
+            logits = model(input_ids=ids).logits[0, len(PROBE_PROMPT) - 1 : -1].float()
+            ref = torch.log_softmax(logits, -1).gather(-1, ids[0, len(PROBE_PROMPT) :, None])
+            gap = max(abs(a - b) for a, b in zip(lps, ref[:, 0].tolist(), strict=True))
+            if not gap <= tol:
+                raise FleetError(
+                    f"fleet server {s.url} serves other weights than the trainer's model "
+                    f"(log-probs differ by {gap:.3g} > {tol:g}): serve {self.model_path} there"
+                )
+
+    # ---- requests ------------------------------------------------------------------------
+
+    def _body(
+        self,
+        i: int,
+        prompt: list[int],
+        sampling: SamplingParams,
+        allowed: Sequence[Sequence[int]] | None,
+    ) -> dict[str, Any]:
+        """Request ``i``'s body: vLLM's sampling parameters as the in-process engine sets them."""
+        max_tokens = min(sampling.max_new_tokens, self.max_model_len - len(prompt)) \
+            if getattr(self, "max_model_len", 0) else sampling.max_new_tokens  # fmt: skip
+        stop = list(sampling.stop_token_ids)
+        params: dict[str, Any] = {
+            "temperature": float(sampling.temperature),
+            "top_p": float(sampling.top_p),
+            "top_k": int(sampling.top_k) if sampling.top_k > 0 else 0,
+            "ignore_eos": True,
+            "logprobs": 0,
+            "detokenize": False,
+            "skip_special_tokens": False,
+        }
+        if allowed is not None:
+            max_tokens = min(max_tokens, max(len(s) for s in allowed))
+            stop = leaf_only_tokens(allowed)
+            params["extra_args"] = {ALLOWED_KEY: [[int(t) for t in s] for s in allowed]}
+        if sampling.seed is not None:
+            key = i if sampling.request_ids is None else int(sampling.request_ids[i])
+            params["seed"] = (int(sampling.seed) * 1_000_003 + key) % (2**63 - 1)
+        params.update(max_tokens=int(max_tokens), stop_token_ids=stop)
+        return {"token_ids": prompt, "sampling_params": params}
+
+    def _request(self, server: Server, body: dict[str, Any]) -> dict[str, Any]:
+        reply = _post(self._http, server.url + "/inference/v1/generate", body, self.request_timeout)
+        choices = reply.get("choices") if isinstance(reply, dict) else None
+        if not choices or not isinstance(choices[0].get("token_ids"), list):
+            raise _RequestFailed(f"a reply without token ids: {str(reply)[:200]}")
+        return choices[0]
+
+    @staticmethod
+    def _tokens(choice: dict[str, Any]) -> tuple[list[int], list[float]]:
+        tokens = [int(t) for t in choice["token_ids"]]
+        content = (choice.get("logprobs") or {}).get("content") or []
+        lps = [float(c["logprob"]) for c in content]
+        if len(lps) != len(tokens) or any(math.isnan(x) or math.isinf(x) for x in lps):
+            raise _RequestFailed("a reply without a finite log-prob per token")
+        return tokens, lps
+
+    def _pick(self, session: str | None, cost: int, avoid: set[int]) -> Server:
+        """The conversation's server while it lives, else the least loaded (outstanding
+        tokens); ``avoid``: servers that already failed this request."""
+        with self._lock:
+            live = [s for s in self.servers if s.alive and id(s) not in avoid]
+            if not live:
+                gone = "; ".join(f"{s.url}: {s.why_out or 'failed this request'}"
+                                 for s in self.servers)  # fmt: skip
+                raise FleetError(f"fleet: no server left to sample ({gone})")
+            server = self._sessions.get(session) if session is not None else None
+            if server is None or server not in live:
+                server = min(live, key=lambda s: s.outstanding)
+            if session is not None:
+                self._sessions[session] = server
+                self._sessions.move_to_end(session)
+                while len(self._sessions) > MAX_SESSIONS:
+                    self._sessions.popitem(last=False)
+            server.outstanding += cost
+        return server
+
+    def _play(self, body: dict[str, Any], session: str | None, failed: set[int]) -> tuple:
+        """One request on the fleet, replayed on another server while one fails."""
+        cost = len(body["token_ids"]) + int(body["sampling_params"]["max_tokens"])
+        avoid: set[int] = set()
+        while True:
+            server = self._pick(session, cost, avoid)
+            try:
+                choice = self._request(server, body)
+                tokens, lps = self._tokens(choice)
+            except _RequestFailed as exc:
+                with self._lock:
+                    server.outstanding -= cost
+                    failed.add(id(server))
+                    self.replayed += 1
+                avoid.add(id(server))
+                self._on_failure(server, str(exc))
+                continue
+            with self._lock:
+                server.outstanding -= cost
+                server.served += 1
+            return server, choice, tokens, lps
+
+    def _on_failure(self, server: Server, why: str) -> None:
+        """A server failed a request: out of the fleet when gone, else kept (and counted)."""
+        gone = server.exited() or not _get_ok(server.url + "/health", timeout=2)
+        with self._lock:
+            if server.alive and gone:
+                server.alive = False
+                server.why_out = f"gone ({why})"
+                log.warning("fleet: server %s is gone (%s); its requests replay elsewhere",
+                            server.url, why)  # fmt: skip
+            elif server.alive and not server.why_out:
+                log.warning("fleet: server %s failed a request (%s); replayed elsewhere",
+                            server.url, why)  # fmt: skip
+
+    def _check_versions(self, failed: set[int]) -> None:
+        """Before a call: every live server holds the fleet's version of the weights (one that
+        does not answer counts as failing this call)."""
+        for s in self.servers:
+            if not s.alive:
+                continue
+            try:
+                have = s.client.weight_version(timeout=min(10.0, self.request_timeout))
+            except TransferError as exc:
+                failed.add(id(s))
+                self._on_failure(s, str(exc))
+                continue
+            if have != str(self.version):
+                raise FleetError(
+                    f"fleet server {s.url} holds weight version {have!r}, the trainer's is "
+                    f"{self.version}: refused before it samples (another trainer or a missed sync)"
+                )
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        sampling: SamplingParams,
+        allowed: Sequence[Sequence[Sequence[int]] | None] | None = None,
+    ) -> list[Generation]:
+        """One response per prompt, spread over the fleet (see the module docstring)."""
+        self._check_open()
+        if allowed is not None and len(allowed) != len(prompts):
+            raise ValueError(f"allowed has {len(allowed)} entries for {len(prompts)} prompts")
+        failed: set[int] = set()
+        self._check_versions(failed)
+        results: list[Generation | None] = [None] * len(prompts)
+        jobs: list[tuple[int, dict[str, Any], str | None, Trie | None]] = []
+        for i, prompt in enumerate(prompts):
+            ids = [int(t) for t in prompt]
+            if not ids:
+                raise ValueError(f"prompt {i} is empty")
+            if len(ids) >= self.max_model_len:
+                extra = {"truncated": "prompt_too_long", "prompt_len": len(ids),
+                         "policy_version": self.version}  # fmt: skip
+                results[i] = Generation([], [], "length", extra=extra)
+                continue
+            req_allowed = allowed[i] if allowed is not None else None
+            session = sampling.sessions[i] if sampling.sessions is not None else None
+            trie = Trie(req_allowed) if req_allowed is not None else None
+            jobs.append((i, self._body(i, ids, sampling, req_allowed), session, trie))
+        replies = list(self._executor.map(lambda j: self._play(j[1], j[2], failed), jobs))
+        self._count_failures(failed)
+        for (i, _, _, trie), (server, choice, tokens, lps) in zip(jobs, replies, strict=True):
+            spans = choice.get("weight_versions") or []
+            seen = {str(sp.get("version")) for sp in spans}
+            if seen and seen != {str(self.version)}:
+                raise FleetError(
+                    f"fleet server {server.url} sampled with weight version(s) {sorted(seen)}, "
+                    f"the trainer's is {self.version}: refused"
+                )
+            finish = "length" if choice.get("finish_reason") == "length" else "stop"
+            if trie is not None:
+                keep, complete = trie_prefix(trie, tokens)
+                if keep < len(tokens) and not complete:
+                    raise FleetError(f"fleet server {server.url} left the allowed sequences at "
+                                     f"token {keep} ({tokens}): is its trie processor loaded?")  # fmt: skip
+                tokens, lps = tokens[:keep], lps[:keep]
+                finish = "stop" if complete else "length"
+            self.tokens_generated += len(tokens)
+            extra = {"policy_version": self.version, "server": server.url}
+            results[i] = Generation(tokens, lps, finish, extra=extra)  # type: ignore[arg-type]
+        return results  # type: ignore[return-value]
+
+    def _count_failures(self, failed: set[int]) -> None:
+        """Calls in a row in which a live server failed; ``max_failures`` stops the run."""
+        for s in self.servers:
+            if not s.alive:
+                continue
+            s.failures = s.failures + 1 if id(s) in failed else 0
+            if s.failures >= self.max_failures:
+                self._keep_logs = True
+                raise FleetError(
+                    f"fleet server {s.url} failed {s.failures} calls in a row "
+                    f"(rollout.fleet.max_failures={self.max_failures}): check it, or leave it out"
+                )
+
+    # ---- weights -------------------------------------------------------------------------
+
+    def update_weights(self, state_dict: Mapping[str, Any]) -> None:
+        """The learner's weights into every live server through vLLM's weight-transfer API;
+        the fleet's version goes up by one (the label every server reports)."""
+        self._check_open()
+        # every tensor travels, a tied LM head too: leaving it out (it shares the embedding's
+        # storage) left the servers sampling with the old embedding (the parity test caught it)
+        self._source.set(dict(checkpoint_items(state_dict)))
+        version = self.version + 1
+        live = [s for s in self.servers if s.alive]
+        t0 = time.perf_counter()
+        errors = list(self._executor.map(lambda s: self._sync(s, version), live))
+        for s, err in zip(live, errors, strict=True):
+            if err is not None:
+                raise FleetError(f"fleet server {s.url}: the weight sync to version {version} "
+                                 f"failed: {err}")  # fmt: skip
+        self.version = version
+        self.last_sync_seconds = time.perf_counter() - t0
+        self.last_sync_bytes = sum(int(v.numel() * v.element_size())
+                                   for v in self._source.state.values())  # fmt: skip
+
+    def _sync(self, s: Server, version: int) -> str | None:
+        try:
+            if s.sender is None:
+                s.sender = open_sender(self.transfer, s.client, self._source,
+                                       address=self.trainer_address,
+                                       port=free_port(self.trainer_address))  # fmt: skip
+            s.client.pause("wait")  # in-flight requests finish; the prefix cache is cleared
+            try:
+                send(s.sender, s.client, str(version))
+            finally:
+                s.client.resume()
+            have = s.client.weight_version()
+        except (TransferError, RuntimeError, ValueError, OSError) as exc:
+            return " ".join(str(exc).split())[:300]
+        if have != str(version):
+            return f"it reports version {have!r} after the update"
+        s.version = version
+        return None
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("FleetBackend is closed")
+
+    def close(self) -> None:
+        """Stop every server launched here (and their engine processes); idempotent. Their
+        logs are deleted when every server ran to the end, kept (and named) otherwise."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.close)
+        self._executor.shutdown()
+        with contextlib.suppress(Exception):
+            self._http.close()
+        for s in self.servers:
+            if s.sender is not None:
+                with contextlib.suppress(Exception):
+                    s.sender.shutdown()
+        procs = [s.proc for s in self.servers if s.proc is not None]
+        for p in procs:
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(p.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        for p in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGKILL)  # the engine processes too, whatever is left
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=10)
+        if self._logdir is not None:
+            if not self._keep_logs and all(s.alive for s in self.servers):
+                shutil.rmtree(self._logdir, ignore_errors=True)
+            else:
+                log.warning("fleet: the servers' logs are kept in %s", self._logdir)
+
+    def __enter__(self) -> FleetBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

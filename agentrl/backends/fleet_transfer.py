@@ -1,0 +1,449 @@
+"""Weights from the trainer into a vLLM server through vLLM's own weight-transfer API.
+
+vLLM's RL API (``VLLM_SERVER_DEV_MODE=1``) updates a running server's weights in four calls,
+``/init_weight_transfer_engine``, ``/start_weight_update``, ``/update_weights`` and
+``/finish_weight_update``; the bytes themselves travel over a transport that a *transfer engine*
+implements on both sides, chosen by the server's ``--weight-transfer-config '{"backend": ...}'``
+and built by ``vllm.distributed.weight_transfer``'s factories. vLLM ships NCCL (GPU to GPU); a
+CPU server has none, so this module adds one:
+
+- ``agentrl_gloo``: the trainer and the server's worker form a two-rank torch.distributed gloo
+  group of their own (a TCP store the trainer opens, a ``ProcessGroupGloo`` built on it, never
+  the default process group, which vLLM's worker and a torchrun trainer each have). A sync packs
+  every tensor's bytes into chunks of at most ``chunk_bytes`` (64 MiB) and broadcasts them from
+  the trainer, two in flight (one is packed, or loaded, while the other travels); the worker
+  cuts them back into tensors by the names, dtypes and shapes that
+  ``/update_weights`` carried, and loads them with vLLM's layerwise reload (as vLLM's NCCL
+  engine does), so vLLM's own post-load processing runs. Both sides are registered with vLLM's
+  factories by :func:`register`, which the package declares as a ``vllm.general_plugins`` entry
+  point: every vLLM process (the server's engine core included) loads it at start.
+- ``nccl`` (GPU): vLLM's own engines, driven through the same client; see :func:`open_sender`.
+
+:class:`HTTPClient` is the control plane: vLLM's ``VLLMWeightSyncClient`` protocol over the
+server's HTTP routes, plus the pause, resume and weight-version routes the fleet uses.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import json
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+__all__ = [
+    "BACKEND",
+    "GlooTrainerInitInfo",
+    "HTTPClient",
+    "TransferError",
+    "open_sender",
+    "register",
+    "send",
+    "state_source",
+]
+
+#: The name the gloo engine is registered under (``--weight-transfer-config``'s backend).
+BACKEND = "agentrl_gloo"
+DEFAULT_CHUNK_BYTES = 64 << 20
+_registered = False
+_lock = threading.Lock()
+
+
+class TransferError(RuntimeError):
+    """A weight transfer failed: one line naming the server."""
+
+
+# -- the control plane --------------------------------------------------------------------------
+class HTTPClient:
+    """vLLM's weight-sync routes of one server (``base`` is the server root, no ``/v1``)."""
+
+    def __init__(self, base: str, timeout: float = 300.0):
+        self.base, self.timeout = base.rstrip("/"), float(timeout)
+
+    def _call(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as reply:
+                text = reply.read()
+        except urllib.error.HTTPError as exc:
+            detail = " ".join(exc.read().decode(errors="replace").split())[:300]
+            raise TransferError(
+                f"server {self.base}{path} answered HTTP {exc.code}: {detail}"
+            ) from None
+        except (OSError, urllib.error.URLError) as exc:
+            raise TransferError(f"server {self.base}{path} unreachable: {exc}") from None
+        return json.loads(text) if text else None
+
+    # vLLM's VLLMWeightSyncClient protocol
+    def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
+        self._call("POST", "/init_weight_transfer_engine", {"init_info": init_info})
+
+    def start_weight_update(self) -> None:
+        self._call("POST", "/start_weight_update")
+
+    def update_weights(self, update_info: dict[str, Any]) -> None:
+        self._call("POST", "/update_weights", {"update_info": update_info})
+
+    def finish_weight_update(self, weight_version: str | None = None) -> None:
+        body = None if weight_version is None else {"weight_version": weight_version}
+        self._call("POST", "/finish_weight_update", body)
+
+    def shutdown_weight_transfer_engine(self) -> None:
+        self._call("POST", "/shutdown_weight_transfer_engine", timeout=10)
+
+    # the rest of the RL API the fleet uses
+    def pause(self, mode: str = "wait") -> None:
+        """Stop scheduling (``wait``: let running requests finish) and clear the prefix cache."""
+        self._call("POST", "/pause?" + urllib.parse.urlencode({"mode": mode}))
+
+    def resume(self) -> None:
+        self._call("POST", "/resume")
+
+    def weight_version(self, timeout: float | None = None) -> str:
+        return str(self._call("GET", "/weight_info", timeout=timeout)["weight_version"])
+
+    def set_weight_version(self, version: str) -> None:
+        self._call("POST", "/update_weight_version", {"new_version": version})
+
+
+# -- what the trainer sends ---------------------------------------------------------------------
+_SOURCE: type | None = None
+
+
+def state_source(state: Mapping[str, torch.Tensor] | None = None) -> Any:
+    """A vLLM ``WeightSource`` over a named-tensor mapping (vLLM's trainer engines replay their
+    source each round); its ``set(state)`` swaps in the next sync's tensors."""
+    global _SOURCE
+    if _SOURCE is None:
+        from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource
+
+        class StateSource(WeightSource):
+            def __init__(self) -> None:
+                self.state: dict[str, torch.Tensor] = {}
+
+            def set(self, state: Mapping[str, torch.Tensor]) -> None:
+                self.state = {k: v.detach() for k, v in state.items()}
+
+            def metadata(self) -> list[ParamMeta]:
+                return [ParamMeta(k, v.dtype, tuple(v.shape)) for k, v in self.state.items()]
+
+            def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
+                yield from self.state.items()
+
+        _SOURCE = StateSource
+    src = _SOURCE()
+    if state is not None:
+        src.set(state)
+    return src
+
+
+def _layout(
+    names: list[str], dtypes: list[str], shapes: list[list[int]], chunk_bytes: int
+) -> list[list[tuple[int, int, int]]]:
+    """The chunks both sides cut the stream into: per chunk, ``(tensor index, byte offset,
+    byte count)``; a tensor larger than a chunk travels alone."""
+    chunks: list[list[tuple[int, int, int]]] = [[]]
+    used = 0
+    for i, (dtype, shape) in enumerate(zip(dtypes, shapes, strict=True)):
+        n = (
+            int(torch.Size(shape).numel())
+            * torch.empty((), dtype=getattr(torch, dtype)).element_size()
+        )
+        if chunks[-1] and used + n > chunk_bytes:
+            chunks.append([])
+            used = 0
+        chunks[-1].append((i, used, n))
+        used += n
+    return [c for c in chunks if c]
+
+
+def _group(address: str, port: int, rank: int, is_master: bool, timeout_s: float) -> Any:
+    """A two-rank gloo group of its own over a TCP store (never the default group)."""
+    from torch.distributed import ProcessGroupGloo, TCPStore
+
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store = TCPStore(address, port, 2, is_master, timeout=timeout, wait_for_workers=False)
+    return ProcessGroupGloo(store, rank, 2, timeout), store
+
+
+def _broadcast(group: Any, buf: torch.Tensor, wait: bool = True) -> Any:
+    """Broadcast ``buf`` from rank 0 of ``group``; ``wait=False``: return the pending work."""
+    from torch.distributed import BroadcastOptions
+
+    opts = BroadcastOptions()
+    opts.rootRank, opts.rootTensor = 0, 0
+    work = group.broadcast([buf], opts)
+    if wait:
+        work.wait()
+    return work
+
+
+def send_chunks(group: Any, tensors: list[torch.Tensor], chunks: list, depth: int = 2) -> int:
+    """Pack and broadcast ``chunks`` of ``tensors`` (:func:`_layout`), ``depth`` chunks in flight
+    (the next is packed while the last travels); the bytes sent."""
+    pending: collections.deque = collections.deque()
+    sent = 0
+    for chunk in chunks:
+        parts = [_bytes_of(tensors[i]) for i, _, _ in chunk]
+        buf = parts[0] if len(parts) == 1 else torch.cat(parts)
+        pending.append((buf, _broadcast(group, buf, wait=False)))
+        sent += buf.numel()
+        if len(pending) >= depth:
+            pending.popleft()[1].wait()
+    while pending:
+        pending.popleft()[1].wait()
+    return sent
+
+
+def recv_chunks(
+    group: Any, chunks: list, consume: Callable[[list, torch.Tensor], None], depth: int = 2
+) -> None:
+    """Receive ``chunks`` (:func:`_layout`), ``depth`` in flight: ``consume(chunk, buffer)``
+    loads one while the next arrives."""
+    pending: collections.deque = collections.deque()
+
+    def drain() -> None:
+        chunk, buf, work = pending.popleft()
+        work.wait()
+        consume(chunk, buf)
+
+    for chunk in chunks:
+        buf = torch.empty(chunk[-1][1] + chunk[-1][2], dtype=torch.uint8)
+        pending.append((chunk, buf, _broadcast(group, buf, wait=False)))
+        if len(pending) >= depth:
+            drain()
+    while pending:
+        drain()
+
+
+# -- the server's side (loaded into vLLM's worker by the plugin) --------------------------------
+def _worker_classes() -> tuple[type, type]:
+    from vllm.distributed.weight_transfer.base import (
+        WeightTransferEngine,
+        WeightTransferInitInfo,
+        WeightTransferUpdateInfo,
+    )
+
+    @dataclass
+    class GlooInitInfo(WeightTransferInitInfo):
+        master_address: str
+        master_port: int
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES
+        timeout_s: float = 600.0
+
+    @dataclass
+    class GlooUpdateInfo(WeightTransferUpdateInfo):
+        names: list[str]
+        dtype_names: list[str]
+        shapes: list[list[int]]
+
+    class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo]):
+        """The worker's end: receive the broadcast chunks, load them layer by layer."""
+
+        init_info_cls = GlooInitInfo
+        update_info_cls = GlooUpdateInfo
+        supports_draft_weight_update = False
+
+        def __init__(self, config, vllm_config, device, model) -> None:  # noqa: ANN001
+            super().__init__(config, vllm_config, device, model)
+            self.group: Any = None
+            self.store: Any = None
+            self.chunk_bytes = DEFAULT_CHUNK_BYTES
+
+        def init_transfer_engine(self, init_info: GlooInitInfo) -> None:
+            self.shutdown()
+            self.chunk_bytes = int(init_info.chunk_bytes)
+            self.group, self.store = _group(
+                init_info.master_address, int(init_info.master_port), 1, False, init_info.timeout_s
+            )
+
+        def start_weight_update(self) -> None:
+            from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
+
+            initialize_layerwise_reload(self.model)
+
+        def finish_weight_update(self) -> None:
+            from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+
+            finalize_layerwise_reload(self.model, self.model_config)
+
+        def update_weights(self, update_info: dict[str, Any]) -> None:
+            # the base class ends with torch.accelerator.synchronize(): nothing to wait for here
+            self.receive_weights(self.parse_update_info(update_info))
+
+        def receive_weights(self, update_info: GlooUpdateInfo) -> None:
+            if self.group is None:
+                raise RuntimeError(f"{BACKEND}: init_weight_transfer_engine was not called")
+            info = update_info
+            dtypes = [getattr(torch, d) for d in info.dtype_names]
+
+            def load(chunk: list, buf: torch.Tensor) -> None:
+                self.model.load_weights(
+                    [
+                        (info.names[i], buf[o : o + n].view(dtypes[i]).view(info.shapes[i]))
+                        for i, o, n in chunk
+                    ]  # fmt: skip
+                )
+
+            chunks = _layout(info.names, info.dtype_names, info.shapes, self.chunk_bytes)
+            recv_chunks(self.group, chunks, load)
+
+        def shutdown(self) -> None:
+            self.group, self.store = None, None
+
+    return GlooWeightTransferEngine, GlooUpdateInfo
+
+
+def register() -> None:
+    """Register the ``agentrl_gloo`` engines with vLLM's weight-transfer factories (the
+    ``vllm.general_plugins`` entry point; safe to call many times)."""
+    global _registered
+    with _lock:
+        if _registered:
+            return
+        from vllm.distributed.weight_transfer.factory import (
+            WeightTransferEngineFactory,
+            WeightTransferTrainerFactory,
+        )
+
+        if BACKEND not in WeightTransferEngineFactory._registry:
+            WeightTransferEngineFactory.register_engine(BACKEND, _worker_classes()[0])
+        if BACKEND not in WeightTransferTrainerFactory._registry:
+            WeightTransferTrainerFactory.register_engine(BACKEND, _trainer_class())
+        _registered = True
+
+
+# -- the trainer's side -------------------------------------------------------------------------
+@dataclass
+class GlooTrainerInitInfo:
+    """How the trainer opens the gloo pair with one server (``rank``: vLLM's trainer rank;
+    0 sends)."""
+
+    backend: ClassVar[str] = BACKEND
+    master_address: str
+    master_port: int
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    timeout_s: float = 600.0
+    rank: int = 0
+
+    @property
+    def is_sender(self) -> bool:
+        return self.rank == 0
+
+
+def _trainer_class() -> type:
+    from vllm.distributed.weight_transfer.base import TrainerWeightTransferEngine
+
+    class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine):
+        """The trainer's end: pack the source's tensors into chunks and broadcast them while
+        the server's ``/update_weights`` receives."""
+
+        init_info_cls = GlooTrainerInitInfo
+
+        def __init__(self, *, client, source, chunk_bytes: int) -> None:  # noqa: ANN001
+            super().__init__(client=client, source=source, is_sender=True)
+            self.chunk_bytes = chunk_bytes
+            self.group: Any = None
+            self.store: Any = None
+            self.last_bytes = 0
+
+        @classmethod
+        def trainer_init(cls, init_info, *, client, source=None):  # noqa: ANN001, ANN206
+            if source is None:
+                raise ValueError(f"{BACKEND}: the trainer engine needs a WeightSource")
+            engine = cls(client=client, source=source, chunk_bytes=int(init_info.chunk_bytes))
+            worker = {
+                "master_address": init_info.master_address,
+                "master_port": int(init_info.master_port),
+                "chunk_bytes": int(init_info.chunk_bytes),
+                "timeout_s": float(init_info.timeout_s),
+            }
+            # The server joins inside /init_weight_transfer_engine; both ends must rendezvous
+            # together, so the call runs on a side thread while this end opens the group.
+            with ThreadPoolExecutor(max_workers=1) as exe:
+                future = exe.submit(client.init_weight_transfer_engine, worker)
+                engine.group, engine.store = _group(
+                    init_info.master_address, int(init_info.master_port), 0, True,
+                    init_info.timeout_s,
+                )  # fmt: skip
+                future.result()
+            return engine
+
+        def send_weights(self, weight_version: str | None = None) -> None:
+            meta = self.source.metadata()
+            info = {
+                "names": [m.name for m in meta],
+                "dtype_names": [str(m.dtype).removeprefix("torch.") for m in meta],
+                "shapes": [list(m.shape) for m in meta],
+            }
+            tensors = [t for _, t in self.source]
+            chunks = _layout(info["names"], info["dtype_names"], info["shapes"], self.chunk_bytes)
+            self.client.start_weight_update()
+            exe = ThreadPoolExecutor(max_workers=1)
+            try:
+                future = exe.submit(self.client.update_weights, info)
+                time.sleep(0)  # let the request go out before the first chunk
+                if future.done():  # refused before any byte moved
+                    future.result()
+                sent = send_chunks(self.group, tensors, chunks)
+                future.result()
+            finally:
+                exe.shutdown(wait=False)  # a broken transfer must not hang here
+            self.client.finish_weight_update(weight_version)
+            self.last_bytes = sent
+
+        def shutdown(self) -> None:
+            self.group, self.store = None, None
+
+    return GlooTrainerWeightTransferEngine
+
+
+def _bytes_of(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
+
+
+def open_sender(
+    backend: str,
+    client: HTTPClient,
+    source: Any,
+    *,
+    address: str,
+    port: int,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+) -> Any:
+    """The trainer's engine for one server, built through vLLM's trainer factory: ``agentrl_gloo``
+    (CPU) or vLLM's ``nccl`` (GPUs: the server's worker and this process's current device form a
+    two-rank NCCL group; vLLM's engine packs and broadcasts)."""
+    from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
+
+    register()
+    if backend == BACKEND:
+        info: Any = GlooTrainerInitInfo(address, int(port), chunk_bytes=int(chunk_bytes))
+    elif backend == "nccl":
+        from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
+
+        info = NCCLTrainerInitInfo(master_address=address, master_port=int(port), world_size=2,
+                                   rank=0)  # fmt: skip
+    else:
+        raise ValueError(f"weight transfer backend must be {BACKEND} or nccl, got {backend!r}")
+    return WeightTransferTrainerFactory.trainer_init(info, client=client, source=source)
+
+
+def send(engine: Any, client: HTTPClient, version: str) -> None:
+    """One sync through ``engine`` (from :func:`open_sender`), labelled ``version``."""
+    if hasattr(engine, "chunk_bytes"):  # ours: the version rides finish_weight_update
+        engine.send_weights(version)
+    else:  # vLLM's engines finish without a version: set it after
+        engine.send_weights()
+        client.set_weight_version(version)

