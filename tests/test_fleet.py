@@ -216,7 +216,10 @@ FleetBackend(sys.argv[1], servers=1, dtype="float32", max_model_len=256,
 def test_a_trainer_stopped_while_servers_start_stops_them(tiny, sig):
     """Ctrl-C: the fleet closes; SIGKILL: each server gets the parent-death signal."""
     proc = subprocess.Popen([sys.executable, "-c", CTRL_C, str(tiny.path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # Ctrl-C reaches the script even where pytest itself runs in the
+                            # background (a shell's background job inherits SIGINT ignored)
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     try:
         assert proc.stdout.readline().strip() == "starting"
         deadline, servers = time.monotonic() + 60, []
