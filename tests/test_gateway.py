@@ -14,6 +14,7 @@ import httpx
 import openai
 import pytest
 import torch
+from gateway_agent import TOOLS  # the agent program's own tool, one definition
 from hydra import compose, initialize_config_module
 
 from agentrl.backends.base import SamplingParams
@@ -29,20 +30,6 @@ from agentrl.rollout.runner import RunnerSettings
 
 torch.set_num_threads(1)
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "lookup",
-            "description": "Look a name up.",
-            "parameters": {
-                "type": "object",
-                "properties": {"name": {"type": "string"}},
-                "required": ["name"],
-            },
-        },
-    }
-]
 AGENT = Path(__file__).with_name("gateway_agent.py")
 CALL = '<tool_call>\n{"name": "lookup", "arguments": {"name": "A"}}\n</tool_call>'
 
