@@ -54,7 +54,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,7 +63,8 @@ from typing import Any
 import torch
 
 from .base import BackendError, Generation, SamplingParams
-from .fleet_transfer import HTTPClient, TransferError, open_sender, send, state_source
+from .fleet_lora import merged_state, wire_adapter
+from .fleet_transfer import BACKEND, HTTPClient, TransferError, open_sender, send, state_source
 from .remote import quiet_http_logs
 from .trie import ALLOWED_KEY, Trie, leaf_only_tokens, trie_prefix
 from .vllm_server import MEMBER_ENV, member_command, member_transfer
@@ -606,6 +607,28 @@ class FleetBackend:
         # every tensor travels, a tied LM head too: leaving it out (it shares the embedding's
         # storage) left the servers sampling with the old embedding (the parity test caught it)
         self._source.set(dict(checkpoint_items(state_dict)))
+        self._push()
+
+    def update_adapter(
+        self,
+        tensors: Mapping[str, torch.Tensor],
+        config: Any,
+        base: Callable[[], Mapping[str, torch.Tensor]],
+    ) -> None:
+        """A LoRA run's sync: only the adapter (PEFT's tensors and ``LoraConfig``) travels, and
+        each server merges it into the base weights it keeps (:mod:`.fleet_lora`); ``base()``
+        (the unmerged base weights) is sent once, to a server that lacks it. With vLLM's NCCL
+        engine the merged weights are sent whole."""
+        adapter = wire_adapter(tensors, config)
+        if self.transfer != BACKEND:
+            self.update_weights(merged_state(checkpoint_items(base()), adapter))
+            return
+        self._check_open()
+        self._source.set_lora(adapter, lambda: dict(checkpoint_items(base())))
+        self._push()
+
+    def _push(self) -> None:
+        """The source's tensors into every live server; the fleet's version goes up by one."""
         version = self.version + 1
         live = [s for s in self.servers if s.alive]
         t0 = time.perf_counter()
@@ -616,8 +639,12 @@ class FleetBackend:
                                  f"failed: {err}")  # fmt: skip
         self.version = version
         self.last_sync_seconds = time.perf_counter() - t0
-        self.last_sync_bytes = sum(int(v.numel() * v.element_size())
-                                   for v in self._source.state.values())  # fmt: skip
+        # the bytes one server got (a LoRA run's first sync to a server carries its base too)
+        self.last_sync_bytes = max(int(getattr(s.sender, "last_bytes", 0) or 0) for s in live) \
+            if live else 0  # fmt: skip
+        if not self.last_sync_bytes:  # vLLM's engines do not count: the source's size
+            self.last_sync_bytes = sum(int(v.numel() * v.element_size())
+                                       for v in self._source.state.values())  # fmt: skip
 
     def _sync(self, s: Server, version: int) -> str | None:
         try:

@@ -35,7 +35,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
@@ -131,9 +131,38 @@ def state_source(state: Mapping[str, torch.Tensor] | None = None) -> Any:
         class StateSource(WeightSource):
             def __init__(self) -> None:
                 self.state: dict[str, torch.Tensor] = {}
+                self.lora: Any = None  # a LoRA sync: the WireAdapter (self.state: its tensors)
+                self._base_fn: Callable[[], Mapping[str, torch.Tensor]] | None = None
+                self._base: dict[str, torch.Tensor] | None = None
+                self._base_lock = threading.Lock()
 
             def set(self, state: Mapping[str, torch.Tensor]) -> None:
                 self.state = {k: v.detach() for k, v in state.items()}
+                self.lora, self._base_fn, self._base = None, None, None
+
+            def set_lora(
+                self, adapter: Any, base: Callable[[], Mapping[str, torch.Tensor]]
+            ) -> None:
+                """A LoRA sync: ``adapter`` (a ``fleet_lora.WireAdapter``); ``base()`` gives
+                the base weights (checkpoint names), asked for only if a server lacks them."""
+                self.state = dict(adapter.tensors)
+                self.lora, self._base_fn, self._base = adapter, base, None
+
+            def payload(self, with_base: bool) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+                """What one server gets: the tensors and the update's LoRA fields (none for a
+                full sync); ``with_base``: the base weights first, then the adapter."""
+                if self.lora is None:
+                    return self.state, {}
+                extra = {"lora_modules": list(self.lora.modules),
+                         "lora_scales": [float(x) for x in self.lora.scales],
+                         "lora_base": bool(with_base)}  # fmt: skip
+                if not with_base:
+                    return self.state, extra
+                with self._base_lock:  # computed once for all the servers that need it
+                    if self._base is None:
+                        assert self._base_fn is not None
+                        self._base = {k: v.detach() for k, v in self._base_fn().items()}
+                return {**self._base, **self.state}, extra
 
             def metadata(self) -> list[ParamMeta]:
                 return [ParamMeta(k, v.dtype, tuple(v.shape)) for k, v in self.state.items()]
@@ -247,6 +276,11 @@ def _worker_classes() -> tuple[type, type]:
         names: list[str]
         dtype_names: list[str]
         shapes: list[list[int]]
+        # a LoRA sync (agentrl.backends.fleet_lora): the targets, their scales, and whether
+        # the base weights come first (else only the adapter tensors travel)
+        lora_modules: list[str] = field(default_factory=list)
+        lora_scales: list[float] = field(default_factory=list)
+        lora_base: bool = False
 
     class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo]):
         """The worker's end: receive the broadcast chunks, load them layer by layer."""
@@ -260,6 +294,8 @@ def _worker_classes() -> tuple[type, type]:
             self.group: Any = None
             self.store: Any = None
             self.chunk_bytes = DEFAULT_CHUNK_BYTES
+            self.lora_base: dict[str, torch.Tensor] = {}  # LoRA: the base weights kept
+            self.adapter_only = False  # this update loads only the LoRA-merged layers
 
         def init_transfer_engine(self, init_info: GlooInitInfo) -> None:
             self.shutdown()
@@ -274,9 +310,21 @@ def _worker_classes() -> tuple[type, type]:
             initialize_layerwise_reload(self.model)
 
         def finish_weight_update(self) -> None:
+            import logging
+
             from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
 
-            finalize_layerwise_reload(self.model, self.model_config)
+            # an adapter-only update leaves most layers as they were: vLLM puts their
+            # tensors back with a warning per layer ("Failed to load weights"), expected here
+            quiet = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+            level = quiet.level
+            if self.adapter_only:
+                quiet.setLevel(logging.ERROR)
+            try:
+                finalize_layerwise_reload(self.model, self.model_config)
+            finally:
+                quiet.setLevel(level)
+                self.adapter_only = False
 
         def update_weights(self, update_info: dict[str, Any]) -> None:
             # the base class ends with torch.accelerator.synchronize(): nothing to wait for here
@@ -297,7 +345,84 @@ def _worker_classes() -> tuple[type, type]:
                 )
 
             chunks = _layout(info.names, info.dtype_names, info.shapes, self.chunk_bytes)
+            if info.lora_modules:
+                self._receive_lora(info, dtypes, chunks)
+                return
+            self.lora_base = {}  # full weights: a LoRA base kept earlier is stale
             recv_chunks(self.group, chunks, load)
+
+        def _receive_lora(self, info: GlooUpdateInfo, dtypes: list, chunks: list) -> None:
+            """A LoRA sync: keep (base sync) or reuse the base of the layers the targets
+            touch, merge the adapter into it and load those layers whole."""
+            from .fleet_lora import is_adapter_name, kept_names
+
+            if info.lora_base:
+                packed = getattr(self.model, "packed_modules_mapping", None) or {}
+                base_names = [n for n in info.names if not is_adapter_name(n)]
+                keep = set(kept_names(base_names, info.lora_modules, packed))
+                self.lora_base = {}
+            elif not self.lora_base:
+                raise RuntimeError(f"{BACKEND}: a LoRA adapter update before its base weights")
+            else:
+                keep = set()
+            adapter: dict[str, torch.Tensor] = {}
+
+            def load(chunk: list, buf: torch.Tensor) -> None:
+                direct = []
+                for i, o, n in chunk:
+                    name = info.names[i]
+                    t = buf[o : o + n].view(dtypes[i]).view(info.shapes[i])
+                    if is_adapter_name(name):
+                        adapter[name] = t.clone()
+                    elif name in keep:  # loaded merged, once the adapter is here
+                        self.lora_base[name] = t.clone()
+                    else:
+                        direct.append((name, t))
+                if direct:
+                    self.model.load_weights(direct)
+
+            recv_chunks(self.group, chunks, load)
+            self._load_merged(info, adapter)
+            if not info.lora_base:
+                self.adapter_only = True
+                self._check_whole_layers()
+
+        def _load_merged(self, info: GlooUpdateInfo, adapter: dict[str, torch.Tensor]) -> None:
+            from .fleet_lora import LORA_A, LORA_B, merged_weight
+
+            scales = dict(zip(info.lora_modules, info.lora_scales, strict=True))
+            missing = [m for m in scales if m + ".weight" not in self.lora_base]
+            if missing:
+                raise RuntimeError(f"{BACKEND}: LoRA targets without a base weight: {missing[:3]}")
+            batch, used = [], 0
+            for name, w0 in self.lora_base.items():  # in the order received: layer by layer
+                module = name.removesuffix(".weight")
+                if name.endswith(".weight") and module in scales:
+                    a, b = adapter.get(module + LORA_A), adapter.get(module + LORA_B)
+                    if a is None or b is None:
+                        raise RuntimeError(f"{BACKEND}: LoRA target {module} has no adapter")
+                    w0 = merged_weight(w0, a, b, scales[module])
+                batch.append((name, w0))
+                used += w0.numel() * w0.element_size()
+                if used >= self.chunk_bytes:
+                    self.model.load_weights(batch)
+                    batch, used = [], 0
+            if batch:
+                self.model.load_weights(batch)
+
+        def _check_whole_layers(self) -> None:
+            """An adapter-only update must load every layer it touches whole (vLLM's reload
+            would fill the rest of a half-loaded layer with garbage)."""
+            from vllm.model_executor.model_loader.reload.layerwise import LAYERWISE_INFO
+
+            half = []
+            for name, module in self.model.named_modules():
+                li = LAYERWISE_INFO.get(module)
+                if li is not None and li.can_load() and 0 < li.load_numel < li.load_numel_total:
+                    half.append(name)
+            if half:
+                raise RuntimeError(f"{BACKEND}: the LoRA update loaded layers {half[:3]} in "
+                                   "part: their fused modules are not all kept")  # fmt: skip
 
         def shutdown(self) -> None:
             self.group, self.store = None, None
@@ -357,6 +482,7 @@ def _trainer_class() -> type:
             self.group: Any = None
             self.store: Any = None
             self.last_bytes = 0
+            self.lora_base = False  # the server holds this LoRA run's base weights
 
         @classmethod
         def trainer_init(cls, init_info, *, client, source=None):  # noqa: ANN001, ANN206
@@ -381,13 +507,15 @@ def _trainer_class() -> type:
             return engine
 
         def send_weights(self, weight_version: str | None = None) -> None:
-            meta = self.source.metadata()
+            state, extra = self.source.payload(not self.lora_base)
+            self.lora_base = False  # until this sync is through
             info = {
-                "names": [m.name for m in meta],
-                "dtype_names": [str(m.dtype).removeprefix("torch.") for m in meta],
-                "shapes": [list(m.shape) for m in meta],
+                "names": list(state),
+                "dtype_names": [str(t.dtype).removeprefix("torch.") for t in state.values()],
+                "shapes": [list(t.shape) for t in state.values()],
+                **extra,
             }
-            tensors = [t for _, t in self.source]
+            tensors = list(state.values())
             chunks = _layout(info["names"], info["dtype_names"], info["shapes"], self.chunk_bytes)
             self.client.start_weight_update()
             exe = ThreadPoolExecutor(max_workers=1)
@@ -402,6 +530,7 @@ def _trainer_class() -> type:
                 exe.shutdown(wait=False)  # a broken transfer must not hang here
             self.client.finish_weight_update(weight_version)
             self.last_bytes = sent
+            self.lora_base = bool(extra)  # a full sync replaced what the server kept
 
         def shutdown(self) -> None:
             self.group, self.store = None, None
