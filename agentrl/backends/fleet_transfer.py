@@ -28,6 +28,7 @@ from __future__ import annotations
 import collections
 import datetime
 import json
+import logging
 import threading
 import time
 import urllib.error
@@ -54,8 +55,10 @@ __all__ = [
 #: The name the gloo engine is registered under (``--weight-transfer-config``'s backend).
 BACKEND = "agentrl_gloo"
 DEFAULT_CHUNK_BYTES = 64 << 20
+DEFAULT_DEPTH = 2  # chunks in flight
 _registered = False
 _lock = threading.Lock()
+_log = logging.getLogger("vllm." + __name__)  # a server's log: under vLLM's own handler
 
 
 class TransferError(RuntimeError):
@@ -218,38 +221,91 @@ def _broadcast(group: Any, buf: torch.Tensor, wait: bool = True) -> Any:
     return work
 
 
-def send_chunks(group: Any, tensors: list[torch.Tensor], chunks: list, depth: int = 2) -> int:
+class BufferPool:
+    """Chunk buffers kept for the next chunk and the next sync, by size: a fresh 64 MiB buffer
+    costs 16k page faults (the kernel zeroes every page) before a byte lands in it, about as
+    much CPU as the copy itself. A buffer goes back only when nothing else holds its memory
+    (vLLM's layerwise reload keeps views of a chunk until the layer it feeds is complete)."""
+
+    def __init__(self, keep: int = 4):
+        self.keep = keep
+        self.free: dict[int, list[torch.Tensor]] = {}
+
+    def take(self, nbytes: int) -> torch.Tensor:
+        got = self.free.get(nbytes)
+        return got.pop() if got else torch.empty(nbytes, dtype=torch.uint8)
+
+    def give(self, buf: torch.Tensor) -> None:
+        if buf._base is not None or not _sole_owner(buf):
+            return
+        got = self.free.setdefault(buf.numel(), [])
+        if sum(len(v) for v in self.free.values()) < self.keep:
+            got.append(buf)
+
+
+def _sole_owner(buf: torch.Tensor) -> bool:
+    """Whether ``buf`` alone holds its memory (no view of it is alive anywhere)."""
+    try:  # the storage's reference count: this tensor and the temporary storage object
+        return torch._C._storage_Use_Count(buf.untyped_storage()._cdata) <= 2
+    except (AttributeError, RuntimeError):  # not in this torch: never reuse
+        return False
+
+
+def send_chunks(
+    group: Any, tensors: list[torch.Tensor], chunks: list, depth: int = 2,
+    pool: BufferPool | None = None,
+) -> int:  # fmt: skip
     """Pack and broadcast ``chunks`` of ``tensors`` (:func:`_layout`), ``depth`` chunks in flight
-    (the next is packed while the last travels); the bytes sent."""
+    (the next is packed while the last travels; packed into ``pool``'s buffers); the bytes
+    sent."""
+    pool = pool or BufferPool(depth)
     pending: collections.deque = collections.deque()
     sent = 0
+
+    def drain() -> None:
+        buf, work, packed = pending.popleft()
+        work.wait()
+        del work  # it holds the buffer too
+        if packed:
+            pool.give(buf)
+
     for chunk in chunks:
         parts = [_bytes_of(tensors[i]) for i, _, _ in chunk]
-        buf = parts[0] if len(parts) == 1 else torch.cat(parts)
-        pending.append((buf, _broadcast(group, buf, wait=False)))
+        if len(parts) == 1:  # a tensor alone: sent from its own memory
+            buf = parts[0]
+        else:
+            buf = torch.cat(parts, out=pool.take(chunk[-1][1] + chunk[-1][2]))
+        del parts
+        pending.append((buf, _broadcast(group, buf, wait=False), len(chunk) > 1))
         sent += buf.numel()
+        del buf
         if len(pending) >= depth:
-            pending.popleft()[1].wait()
+            drain()
     while pending:
-        pending.popleft()[1].wait()
+        drain()
     return sent
 
 
 def recv_chunks(
-    group: Any, chunks: list, consume: Callable[[list, torch.Tensor], None], depth: int = 2
-) -> None:
-    """Receive ``chunks`` (:func:`_layout`), ``depth`` in flight: ``consume(chunk, buffer)``
-    loads one while the next arrives."""
+    group: Any, chunks: list, consume: Callable[[list, torch.Tensor], None], depth: int = 2,
+    pool: BufferPool | None = None,
+) -> None:  # fmt: skip
+    """Receive ``chunks`` (:func:`_layout`) into ``pool``'s buffers, ``depth`` in flight:
+    ``consume(chunk, buffer)`` loads one while the next arrives."""
+    pool = pool or BufferPool(depth)
     pending: collections.deque = collections.deque()
 
     def drain() -> None:
         chunk, buf, work = pending.popleft()
         work.wait()
+        del work  # it holds the buffer too
         consume(chunk, buf)
+        pool.give(buf)
 
     for chunk in chunks:
-        buf = torch.empty(chunk[-1][1] + chunk[-1][2], dtype=torch.uint8)
+        buf = pool.take(chunk[-1][1] + chunk[-1][2])
         pending.append((chunk, buf, _broadcast(group, buf, wait=False)))
+        del buf
         if len(pending) >= depth:
             drain()
     while pending:
@@ -270,6 +326,7 @@ def _worker_classes() -> tuple[type, type]:
         master_port: int
         chunk_bytes: int = DEFAULT_CHUNK_BYTES
         timeout_s: float = 600.0
+        depth: int = DEFAULT_DEPTH
 
     @dataclass
     class GlooUpdateInfo(WeightTransferUpdateInfo):
@@ -294,12 +351,15 @@ def _worker_classes() -> tuple[type, type]:
             self.group: Any = None
             self.store: Any = None
             self.chunk_bytes = DEFAULT_CHUNK_BYTES
+            self.depth = DEFAULT_DEPTH
+            self.pool = BufferPool()  # receive buffers, kept from one sync to the next
             self.lora_base: dict[str, torch.Tensor] = {}  # LoRA: the base weights kept
             self.adapter_only = False  # this update loads only the LoRA-merged layers
 
         def init_transfer_engine(self, init_info: GlooInitInfo) -> None:
             self.shutdown()
             self.chunk_bytes = int(init_info.chunk_bytes)
+            self.depth = max(1, int(init_info.depth))
             self.group, self.store = _group(
                 init_info.master_address, int(init_info.master_port), 1, False, init_info.timeout_s
             )
@@ -335,21 +395,30 @@ def _worker_classes() -> tuple[type, type]:
                 raise RuntimeError(f"{BACKEND}: init_weight_transfer_engine was not called")
             info = update_info
             dtypes = [getattr(torch, d) for d in info.dtype_names]
+            t0, cpu0 = time.perf_counter(), time.process_time()
+            loading = [0.0, 0.0]  # vLLM's load_weights: wall and CPU seconds
 
             def load(chunk: list, buf: torch.Tensor) -> None:
+                t, c = time.perf_counter(), time.thread_time()
                 self.model.load_weights(
                     [
                         (info.names[i], buf[o : o + n].view(dtypes[i]).view(info.shapes[i]))
                         for i, o, n in chunk
                     ]  # fmt: skip
                 )
+                loading[0] += time.perf_counter() - t
+                loading[1] += time.thread_time() - c
 
             chunks = _layout(info.names, info.dtype_names, info.shapes, self.chunk_bytes)
             if info.lora_modules:
                 self._receive_lora(info, dtypes, chunks)
-                return
-            self.lora_base = {}  # full weights: a LoRA base kept earlier is stale
-            recv_chunks(self.group, chunks, load)
+            else:
+                self.lora_base = {}  # full weights: a LoRA base kept earlier is stale
+                recv_chunks(self.group, chunks, load, self.depth, self.pool)
+            nbytes = sum(c[-1][1] + c[-1][2] for c in chunks)
+            _log.info("%s: %.1f MB in %d chunks, %.3f s, %.3f s CPU (vLLM's load_weights: "
+                      "%.3f s, %.3f s CPU)", BACKEND, nbytes / 1e6, len(chunks),
+                      time.perf_counter() - t0, time.process_time() - cpu0, *loading)  # fmt: skip
 
         def _receive_lora(self, info: GlooUpdateInfo, dtypes: list, chunks: list) -> None:
             """A LoRA sync: keep (base sync) or reuse the base of the layers the targets
@@ -381,7 +450,7 @@ def _worker_classes() -> tuple[type, type]:
                 if direct:
                     self.model.load_weights(direct)
 
-            recv_chunks(self.group, chunks, load)
+            recv_chunks(self.group, chunks, load, self.depth, self.pool)
             self._load_merged(info, adapter)
             if not info.lora_base:
                 self.adapter_only = True
@@ -425,7 +494,7 @@ def _worker_classes() -> tuple[type, type]:
                                    "part: their fused modules are not all kept")  # fmt: skip
 
         def shutdown(self) -> None:
-            self.group, self.store = None, None
+            self.group, self.store, self.pool = None, None, BufferPool()
 
     return GlooWeightTransferEngine, GlooUpdateInfo
 
@@ -461,6 +530,7 @@ class GlooTrainerInitInfo:
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
     timeout_s: float = 600.0
     rank: int = 0
+    depth: int = DEFAULT_DEPTH
 
     @property
     def is_sender(self) -> bool:
@@ -476,24 +546,30 @@ def _trainer_class() -> type:
 
         init_info_cls = GlooTrainerInitInfo
 
-        def __init__(self, *, client, source, chunk_bytes: int) -> None:  # noqa: ANN001
+        def __init__(  # noqa: ANN001 - vLLM's client and source
+            self, *, client, source, chunk_bytes: int, depth: int = DEFAULT_DEPTH
+        ) -> None:
             super().__init__(client=client, source=source, is_sender=True)
             self.chunk_bytes = chunk_bytes
+            self.depth = max(1, int(depth))
             self.group: Any = None
             self.store: Any = None
             self.last_bytes = 0
             self.lora_base = False  # the server holds this LoRA run's base weights
+            self.pool = BufferPool()  # packing buffers, kept from one sync to the next
 
         @classmethod
         def trainer_init(cls, init_info, *, client, source=None):  # noqa: ANN001, ANN206
             if source is None:
                 raise ValueError(f"{BACKEND}: the trainer engine needs a WeightSource")
-            engine = cls(client=client, source=source, chunk_bytes=int(init_info.chunk_bytes))
+            engine = cls(client=client, source=source, chunk_bytes=int(init_info.chunk_bytes),
+                         depth=int(init_info.depth))  # fmt: skip
             worker = {
                 "master_address": init_info.master_address,
                 "master_port": int(init_info.master_port),
                 "chunk_bytes": int(init_info.chunk_bytes),
                 "timeout_s": float(init_info.timeout_s),
+                "depth": int(init_info.depth),
             }
             # The server joins inside /init_weight_transfer_engine; both ends must rendezvous
             # together, so the call runs on a side thread while this end opens the group.
@@ -524,7 +600,7 @@ def _trainer_class() -> type:
                 time.sleep(0)  # let the request go out before the first chunk
                 if future.done():  # refused before any byte moved
                     future.result()
-                sent = send_chunks(self.group, tensors, chunks)
+                sent = send_chunks(self.group, tensors, chunks, self.depth, self.pool)
                 future.result()
             finally:
                 exe.shutdown(wait=False)  # a broken transfer must not hang here
@@ -533,7 +609,7 @@ def _trainer_class() -> type:
             self.lora_base = bool(extra)  # a full sync replaced what the server kept
 
         def shutdown(self) -> None:
-            self.group, self.store = None, None
+            self.group, self.store, self.pool = None, None, BufferPool()
 
     return GlooTrainerWeightTransferEngine
 
@@ -550,6 +626,7 @@ def open_sender(
     address: str,
     port: int,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    depth: int = DEFAULT_DEPTH,
 ) -> Any:
     """The trainer's engine for one server, built through vLLM's trainer factory: ``agentrl_gloo``
     (CPU) or vLLM's ``nccl`` (GPUs: the server's worker and this process's current device form a
@@ -558,7 +635,8 @@ def open_sender(
 
     register()
     if backend == BACKEND:
-        info: Any = GlooTrainerInitInfo(address, int(port), chunk_bytes=int(chunk_bytes))
+        info: Any = GlooTrainerInitInfo(address, int(port), chunk_bytes=int(chunk_bytes),
+                                        depth=int(depth))  # fmt: skip
     elif backend == "nccl":
         from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
 
