@@ -184,20 +184,45 @@ def _layout(
     names: list[str], dtypes: list[str], shapes: list[list[int]], chunk_bytes: int
 ) -> list[list[tuple[int, int, int]]]:
     """The chunks both sides cut the stream into: per chunk, ``(tensor index, byte offset,
-    byte count)``; a tensor larger than a chunk travels alone."""
+    byte count)``. A chunk holds whole decoder layers where they fit (the tensors that share the
+    outermost layer index, ``model.layers.3.``), so once a chunk is loaded every vLLM layer it
+    fed is complete and its buffer is free for the next chunk; a tensor larger than a chunk
+    travels alone."""
+    sizes = [
+        int(torch.Size(shape).numel()) * torch.empty((), dtype=getattr(torch, dtype)).element_size()
+        for dtype, shape in zip(dtypes, shapes, strict=True)
+    ]
+    blocks: list[list[int]] = []  # runs of consecutive tensors of one decoder layer
+    last = None
+    for i, name in enumerate(names):
+        key = _block_key(name)
+        if not blocks or key is None or key != last:
+            blocks.append([])
+        blocks[-1].append(i)
+        last = key
     chunks: list[list[tuple[int, int, int]]] = [[]]
     used = 0
-    for i, (dtype, shape) in enumerate(zip(dtypes, shapes, strict=True)):
-        n = (
-            int(torch.Size(shape).numel())
-            * torch.empty((), dtype=getattr(torch, dtype)).element_size()
-        )
-        if chunks[-1] and used + n > chunk_bytes:
+    for block in blocks:
+        whole = sum(sizes[i] for i in block)
+        if chunks[-1] and used + whole > chunk_bytes and whole <= chunk_bytes:
             chunks.append([])
             used = 0
-        chunks[-1].append((i, used, n))
-        used += n
+        for i in block:  # a block larger than a chunk: cut between its tensors
+            if chunks[-1] and used + sizes[i] > chunk_bytes:
+                chunks.append([])
+                used = 0
+            chunks[-1].append((i, used, sizes[i]))
+            used += sizes[i]
     return [c for c in chunks if c]
+
+
+def _block_key(name: str) -> str | None:
+    """``model.layers.3`` for ``model.layers.3.mlp.up_proj.weight``; ``None`` outside layers."""
+    parts = name.split(".")
+    for k, part in enumerate(parts):
+        if part.isdigit():
+            return ".".join(parts[: k + 1])
+    return None
 
 
 def _group(address: str, port: int, rank: int, is_master: bool, timeout_s: float) -> Any:
