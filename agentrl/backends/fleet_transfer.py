@@ -41,6 +41,8 @@ from typing import Any, ClassVar
 
 import torch
 
+from .fleet_lora import LORA_A, LORA_B, is_adapter_name, kept_names, merged_weight
+
 __all__ = [
     "BACKEND",
     "GlooTrainerInitInfo",
@@ -448,8 +450,6 @@ def _worker_classes() -> tuple[type, type]:
         def _receive_lora(self, info: GlooUpdateInfo, dtypes: list, chunks: list) -> None:
             """A LoRA sync: keep (base sync) or reuse the base of the layers the targets
             touch, merge the adapter into it and load those layers whole."""
-            from .fleet_lora import is_adapter_name, kept_names
-
             if info.lora_base:
                 packed = getattr(self.model, "packed_modules_mapping", None) or {}
                 base_names = [n for n in info.names if not is_adapter_name(n)]
@@ -482,8 +482,6 @@ def _worker_classes() -> tuple[type, type]:
                 self._check_whole_layers()
 
         def _load_merged(self, info: GlooUpdateInfo, adapter: dict[str, torch.Tensor]) -> None:
-            from .fleet_lora import LORA_A, LORA_B, merged_weight
-
             scales = dict(zip(info.lora_modules, info.lora_scales, strict=True))
             missing = [m for m in scales if m + ".weight" not in self.lora_base]
             if missing:
