@@ -26,9 +26,11 @@ server's HTTP routes, plus the pause, resume and weight-version routes the fleet
 from __future__ import annotations
 
 import collections
+import contextlib
 import datetime
 import json
 import logging
+import os
 import threading
 import time
 import urllib.error
@@ -236,6 +238,24 @@ def _group(address: str, port: int, rank: int, is_master: bool, timeout_s: float
     return ProcessGroupGloo(store, rank, 2, timeout), store
 
 
+@contextlib.contextmanager
+def _every_core() -> Iterator[None]:
+    """Let the threads started inside run on every core of the machine. vLLM binds its CPU
+    worker to the cores it computes on (one, on a 2-core machine); gloo's threads, started with
+    a group, inherit the binding of the thread that builds it, so a server's receiving would
+    share one core with the loading it is meant to overlap. The caller's binding is restored."""
+    try:
+        mine = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))
+    except (AttributeError, OSError):  # not Linux, or not allowed: as it is
+        yield
+        return
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, mine)
+
+
 def _broadcast(group: Any, buf: torch.Tensor, wait: bool = True) -> Any:
     """Broadcast ``buf`` from rank 0 of ``group``; ``wait=False``: return the pending work."""
     from torch.distributed import BroadcastOptions
@@ -387,9 +407,10 @@ def _worker_classes() -> tuple[type, type]:
             self.shutdown()
             self.chunk_bytes = int(init_info.chunk_bytes)
             self.depth = max(1, int(init_info.depth))
-            self.group, self.store = _group(
-                init_info.master_address, int(init_info.master_port), 1, False, init_info.timeout_s
-            )
+            with _every_core():  # gloo's threads move the bytes beside vLLM's, not on its core
+                self.group, self.store = _group(init_info.master_address,
+                                                int(init_info.master_port), 1, False,
+                                                init_info.timeout_s)  # fmt: skip
 
         def start_weight_update(self) -> None:
             from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
