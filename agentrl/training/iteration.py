@@ -15,6 +15,7 @@ from ..config import TrainConfig
 from ..evaluation.tasks import eval_resets, make_tasks
 from ..learner import Learner
 from ..rollout import EpisodeResult, EpisodeRunner, ResetSpec, RolloutStats, chunk_seed
+from ..rollout.opponents import draw_opponents
 from .data_parallel import local_share, lockstep, play_as_one_process
 from .dynamic_sampling import sample_informative
 from .summary import peak_cuda_mb, peak_rss_mb
@@ -51,7 +52,8 @@ def train_resets(
     salt: tuple[int, ...] = (),
 ) -> list[ResetSpec]:
     """Iteration ``it``'s tasks: ``tasks_per_iter`` groups of ``group_size`` identical resets,
-    drawn from ``(seed, it)`` alone (a resumed run draws the same tasks). Dynamic sampling's
+    drawn from ``(seed, it)`` alone (a resumed run draws the same tasks), and with
+    ``rollout.opponents`` each game's opponent (:func:`~agentrl.rollout.opponents.draw_opponents`). Dynamic sampling's
     extra draws (``draw`` >= 1) take ``n_groups`` more from ``(seed, it, draw, *salt)``, numbered
     from group ``first_group`` of the iteration (``salt``: a rank drawing its own extras)."""
     r, e = cfg.rollout, cfg.env
@@ -65,6 +67,8 @@ def train_resets(
             tid = train_ids[int(rng.integers(len(train_ids)))]
             spec = ResetSpec(group, seed=None, options={"task_id": tid})
         resets += [spec] * r.group_size
+    if r.opponents:  # who plays the other seats, per game (docs/envs/multi-agent.md)
+        resets = draw_opponents(resets, r.opponents, cfg.seed, it, upto=it - r.staleness)
     return resets
 
 

@@ -75,8 +75,9 @@ import torch
 
 from .. import distributed as D
 from ..backends.base import Generation, SamplingParams
-from ..config import TrainConfig
+from ..config import ConfigError, TrainConfig
 from ..rollout import EpisodeResult, RolloutStats, chunk_seed
+from ..rollout.opponents import POOL, OpponentPool
 from .data_parallel import local_share
 from .engine_sync import sync_engine
 from .iteration import filter_groups, play_iteration, train_resets
@@ -114,8 +115,13 @@ class SyncRollouts:
             model,
         )
 
+    #: frozen earlier policies (rollout.opponents' pool), offered every published version
+    opponents: OpponentPool | None = None
+
     def start(self, it: int, history: dict[int, dict] | None = None) -> None:
-        """Nothing runs ahead."""
+        """Nothing runs ahead; the opponent pool (if any) may take the starting weights."""
+        if self.opponents is not None:
+            self.opponents.offer(it)
 
     def rollout_state(self) -> dict[int, dict]:
         """Nothing to keep: iteration ``it`` samples with version ``it``."""
@@ -131,6 +137,8 @@ class SyncRollouts:
         """The learner's new weights into the engine; the sync's metrics (seconds, bytes)."""
         if self.engine_model is not None:  # torchrun: full weights into the engine's copy
             self.learner.sync_to(self.engine_model)
+        if self.opponents is not None:
+            self.opponents.offer(version)
         return sync_engine(self.cfg, self.backend, self.engine_model or self.model)
 
     def paused(self) -> contextlib.AbstractContextManager:
@@ -179,7 +187,12 @@ class Batch:
 
 def oldest_version(group: Sequence[EpisodeResult]) -> int | None:
     """The policy version of a group's oldest sampled token (``None``: no token)."""
-    versions = [s.policy_version for ep in group for s in ep.steps if s.response_ids]
+    versions = [
+        s.policy_version
+        for ep in group
+        for s in ep.steps
+        if s.response_ids and s.agent not in ep.frozen  # a frozen opponent's are never trained
+    ]
     return min(versions) if versions else None
 
 
@@ -348,6 +361,7 @@ class Producer:
         self._thread: threading.Thread | None = None
         self.start_it = 0
         self.idle_s = 0.0  # the producer's waiting since the learner's last take
+        self.opponents: OpponentPool | None = None  # rollout.opponents' pool, offered each version
 
     # -- the learner's side ------------------------------------------------------------------
     def start(self, it: int, history: dict[int, dict] | None = None) -> None:
@@ -375,6 +389,8 @@ class Producer:
         """Hand the producer the learner's weights as ``version`` (a copy; returns at once; the
         producer's engine syncs are not timed into the learner's rows: ``{}``)."""
         weights = self._snapshot()
+        if self.opponents is not None:  # the same copy (never written to) in the pool
+            self.opponents.offer(version, weights)
         with self.cond:
             self.weights[version] = weights
             if not self.partial:  # what a checkpoint needs to resume exactly
@@ -405,6 +421,7 @@ class Producer:
             for g in groups
             for ep in g
             for s in ep.steps
+            if s.agent not in ep.frozen
             for _ in s.response_ids
         ]
         with self.cond:
@@ -619,9 +636,38 @@ def _dynamic_metrics(metrics: dict[str, float], group_size: int) -> dict[str, fl
 
 
 def make_rollouts(cfg: TrainConfig, parts: Any) -> SyncRollouts | Producer:
-    """The iteration's episode source ``rollout.staleness`` asks for (see the module docstring)."""
+    """The iteration's episode source ``rollout.staleness`` asks for (see the module docstring),
+    with an opponent pool when ``rollout.opponents`` draws ``pool``."""
     p = parts
+    pool = opponent_pool(cfg, p)
+    p.runner.opponents = pool  # the producer's copy of the runner shares it
     if cfg.rollout.staleness == 0:
-        return SyncRollouts(cfg, p.train_ids, p.runner, p.learner, p.backend, p.engine_model,
-                            p.model)  # fmt: skip
-    return Producer(cfg, p.train_ids, p.runner, p.learner, p.backend, p.engine_model)
+        source: SyncRollouts | Producer = SyncRollouts(
+            cfg, p.train_ids, p.runner, p.learner, p.backend, p.engine_model, p.model
+        )
+    else:
+        source = Producer(cfg, p.train_ids, p.runner, p.learner, p.backend, p.engine_model)
+    source.opponents = pool
+    return source
+
+
+def opponent_pool(cfg: TrainConfig, parts: Any) -> OpponentPool | None:
+    """The pool of frozen earlier policies ``rollout.opponents`` plays against (``None`` when it
+    draws no ``pool``): a frozen copy of the policy on a transformers engine; the rollout source
+    offers it every version it publishes (:meth:`OpponentPool.offer` keeps the due ones)."""
+    r = cfg.rollout
+    if not r.opponents or not float(r.opponents.get(POOL, 0.0)) > 0:
+        return None
+    if D.is_distributed():
+        raise ConfigError("invalid config: rollout.opponents: pool plays in one process only "
+                          "(not under torchrun)")  # fmt: skip
+    return OpponentPool(
+        parts.model,
+        parts.tokenizer,
+        every=r.opponent_pool.every,
+        size=r.opponent_pool.size,
+        extra=r.staleness + 1 if r.staleness else 0,
+        max_batch_size=r.max_batch_size,
+        max_batch_tokens=r.max_batch_tokens,
+        seed=cfg.seed,
+    )
