@@ -212,4 +212,3 @@ class PoolPolicy:
             for i, m in zip(idx, got):
                 moves[i] = m
         return moves  # type: ignore[return-value]
-
