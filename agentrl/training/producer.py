@@ -78,6 +78,7 @@ from ..backends.base import Generation, SamplingParams
 from ..config import ConfigError, TrainConfig
 from ..rollout import EpisodeResult, RolloutStats, chunk_seed
 from ..rollout.opponents import POOL, OpponentPool
+from .checkpoint import complete_checkpoints, find_checkpoint, load_checkpoint
 from .data_parallel import local_share
 from .engine_sync import sync_engine
 from .iteration import filter_groups, play_iteration, train_resets
@@ -121,6 +122,7 @@ class SyncRollouts:
     def start(self, it: int, history: dict[int, dict] | None = None) -> None:
         """Nothing runs ahead; the opponent pool (if any) may take the starting weights."""
         if self.opponents is not None:
+            refill_pool(self.opponents, self.cfg.trainer.resume, it)
             self.opponents.offer(it)
 
     def rollout_state(self) -> dict[int, dict]:
@@ -372,6 +374,8 @@ class Producer:
         partial rollouts) they use version ``it``."""
         self.start_it = it
         self.floor = it
+        if self.opponents is not None:
+            refill_pool(self.opponents, self.cfg.trainer.resume, it)
         if history and not self.partial:
             have = {int(v): w for v, w in history.items() if max(it - self.k, 0) <= int(v) < it}
             while self.floor - 1 in have:  # the contiguous versions just before it
@@ -671,3 +675,19 @@ def opponent_pool(cfg: TrainConfig, parts: Any) -> OpponentPool | None:
         max_batch_tokens=r.max_batch_tokens,
         seed=cfg.seed,
     )
+
+
+def refill_pool(pool: OpponentPool, resume: str | None, start: int) -> list[int]:
+    """A resumed run's opponent pool: the versions before ``start`` it would hold that the run's
+    checkpoints keep (their learner state is the trainable tensors of that version), so a run
+    resumed with those checkpoints draws the opponents the uninterrupted run draws. Returns the
+    versions loaded (none for a fresh run)."""
+    if not resume or start == 0:
+        return []
+    root = find_checkpoint(resume).parent.parent  # <run>/checkpoints
+    due = [int(d.name[5:]) for d in complete_checkpoints(root)]
+    due = [v for v in due if v < start and v % pool.every == 0][-pool.keep :]
+    for v in due:
+        state = load_checkpoint(root / f"iter_{v:06d}" / "state.pt")
+        pool.offer(v, state["learner"]["model"])
+    return due

@@ -20,6 +20,7 @@ from agentrl.recipe import build, train
 from agentrl.rollout.batch import to_step_batch
 from agentrl.rollout.opponents import OpponentPool, draw_opponents
 from agentrl.train import prepare
+from agentrl.training import producer
 from agentrl.training.iteration import train_resets
 from agentrl.training.producer import opponent_pool
 
@@ -174,3 +175,20 @@ def test_a_run_against_the_pool_completes(tmp_path, monkeypatch):
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     rows = [r for r in map(json.loads, lines) if r.get("phase") == "train"]
     assert sum(r.get("opponents/pool_games", 0) for r in rows) > 0
+    # resumed: the pool refills from the run's checkpoints at its versions (version 0, the
+    # initial policy, has none), then takes the resumed version when due
+    refilled = []
+    refill = producer.refill_pool
+    monkeypatch.setattr(producer, "refill_pool", lambda *a: refilled.extend(refill(*a)) or [])
+    taken.clear()
+    cfg = load_config(
+        make_cfg(
+            *GAME,
+            "rollout.opponents={self: 1, pool: 3}",
+            "rollout.opponent_pool.every=1",
+            "trainer.iterations=3",
+            f"trainer.resume={tmp_path}",
+        )  # fmt: skip
+    )
+    train(cfg, tmp_path / "resumed")
+    assert refilled == [1] and taken == [1, 2, 3]  # checkpoint 1; 2 is the resumed weights
