@@ -192,3 +192,15 @@ def test_a_run_against_the_pool_completes(tmp_path, monkeypatch):
     )
     train(cfg, tmp_path / "resumed")
     assert refilled == [1] and taken == [1, 2, 3]  # checkpoint 1; 2 is the resumed weights
+
+
+def test_a_game_plays_the_opponent_its_reset_names():
+    from agentrl import envs
+
+    env = envs.make("TicTacToe-v0", opponent="random")
+    _obs, info = env.reset(seed=7, options={"opponent": "mcts:2"})
+    assert info["task_id"] == "mcts:2@1#7" and info["seats"] == ["player_1"]
+    _obs, info = env.reset(seed=7, options={"opponent": "self"})  # over the env's own draw
+    assert info["task_id"] == "self#7" and info["seats"] == ["player_0", "player_1"]
+    _obs, info = env.reset(seed=7)
+    assert info["task_id"] == "random@1#7"
