@@ -109,7 +109,9 @@ class OpponentPool:
             own = dict(self.model.named_parameters())
             weights = {n: own[n].detach().clone() for n in self._names}
         elif set(weights) != set(self._names):
-            raise ValueError(f"opponent pool: version {version} holds other tensors than the policy's")
+            raise ValueError(
+                f"opponent pool: version {version} holds other tensors than the policy's"
+            )
         with self._lock:
             self._members[int(version)] = dict(weights)
             for v in sorted(self._members)[: -self.keep]:
