@@ -170,12 +170,9 @@ class PoolPolicy:
 
     def start(self, episodes: Sequence[Episode]) -> None:
         self.learner.start(episodes)
-        counts = self.learner.stats.counters  # logged as they are (train rows)
         for ep in episodes:
             draw = getattr(ep.task, "opponent", None)
             if not draw:
-                name = ((getattr(ep.task, "options", None) or {}).get("opponent")) or "env"
-                counts[f"opponents/{name}_games"] = counts.get(f"opponents/{name}_games", 0) + 1
                 continue
             agents = ep.info.get("agents")
             if not isinstance(agents, list) or "agent" not in ep.info:
@@ -185,9 +182,7 @@ class PoolPolicy:
                 )
             members = self.pool.members(int(draw["upto"]))
             if not members:  # nothing taken yet: self-play
-                counts["opponents/self_games"] = counts.get("opponents/self_games", 0) + 1
                 continue
-            counts["opponents/pool_games"] = counts.get("opponents/pool_games", 0) + 1
             version = members[min(int(draw["draw"] * len(members)), len(members) - 1)]
             seat = int(ep.task.seed or 0) % len(agents)
             ep.result.frozen = [a for i, a in enumerate(agents) if i != seat]

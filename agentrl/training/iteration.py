@@ -12,6 +12,7 @@ import numpy as np
 from .. import credit
 from .. import distributed as D
 from ..config import TrainConfig
+from ..evaluation.games import opponent_of
 from ..evaluation.tasks import eval_resets, make_tasks
 from ..learner import Learner
 from ..rollout import EpisodeResult, EpisodeRunner, ResetSpec, RolloutStats, chunk_seed
@@ -232,6 +233,7 @@ def train_row(
         "mem/peak_rss_mb": peak_rss_mb(),
     }
     row.update({k: float(v) for k, v in stats.counters.items()})  # a rollout source's own counts
+    row.update(opponent_counts(eps))
     cuda_mb = peak_cuda_mb()
     if cuda_mb is not None:
         row["mem/peak_cuda_mb"] = cuda_mb
@@ -242,3 +244,16 @@ def train_row(
         if isinstance(v, int | float) and not isinstance(v, bool):
             row[f"credit/{k}"] = float(v)
     return row
+
+
+def opponent_counts(eps: list[EpisodeResult]) -> dict[str, float]:
+    """Multi-agent games per opponent, ``opponents/<name>_games`` (``self``, ``pool``, a bot
+    spec), read from the task ids (``pool:3@1#7`` -> ``pool``); nothing for single-agent envs."""
+    counts: dict[str, float] = {}
+    for ep in eps:
+        if not ep.agent_return:
+            continue
+        name = "pool" if ep.task_id.startswith("pool:") else opponent_of(ep.task_id)
+        key = f"opponents/{name}_games"
+        counts[key] = counts.get(key, 0.0) + 1.0
+    return counts
