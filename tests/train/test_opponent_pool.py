@@ -151,9 +151,11 @@ def test_the_command_line_refuses_bad_opponents_in_one_line(tmp_path):
     assert "kuhn_poker is not one" in lines[0]
 
 
-def test_pool_needs_a_game_env():
+def test_pool_needs_a_game_env_and_no_second_opponent_setting():
     with pytest.raises(ConfigError, match="rollout.opponents needs a multi-agent env"):
         prepare(make_cfg(*SMOKE, "rollout.opponents={pool: 1}"), None)
+    with pytest.raises(ConfigError, match="replaces env.kwargs.opponent='random'.*only one"):
+        prepare(make_cfg(*GAME, "rollout.opponents={pool: 1}", "env.kwargs.opponent=random"), None)
 
 
 def test_a_run_against_the_pool_completes(tmp_path, monkeypatch):
