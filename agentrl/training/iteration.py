@@ -203,7 +203,7 @@ def train_row(
 ) -> dict:
     """The ``metrics.jsonl`` row of training iteration ``it`` (``extra``: more metrics)."""
     won = np.array([ep.won for ep in eps], dtype=float)
-    steps = [s for ep in eps for s in ep.steps]
+    steps = [s for ep in eps for s in ep.steps if s.agent not in ep.frozen]  # the learner's
     row: dict[str, Any] = {
         "iteration": it + 1,
         "step": it + 1,
