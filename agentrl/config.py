@@ -138,6 +138,20 @@ def some_iterations(v: Any) -> str | None:
     return num(1)(v)
 
 
+def opponent_weights(v: Any) -> str | None:
+    """``rollout.opponents``: opponent names (``self``, ``pool``, a bot of the env) to weights."""
+    if not isinstance(v, dict):
+        return f"must map opponents to weights, e.g. {{self: 0.5, pool: 0.5}}, got {v!r}"
+    for key, w in v.items():
+        if not isinstance(key, str) or not key.strip():
+            return f"has the opponent {key!r}: use self, pool or a bot of the env (random, mcts:N)"
+        if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w < 0:
+            return f"weight of {key!r} must be a finite number >= 0, got {w!r}"
+    if v and not sum(float(w) for w in v.values()) > 0:
+        return f"weights must not all be 0, got {v}"
+    return None
+
+
 # -- the groups ----------------------------------------------------------------------------------
 @dataclass
 class RayConfig:
@@ -440,6 +454,22 @@ class FleetConfig:
 
 
 @dataclass
+class OpponentPoolConfig:
+    """Frozen earlier policies as opponents (`pool` in rollout.opponents; docs/envs/multi-agent.md)."""
+
+    every: int = opt(
+        5,
+        "snapshot the policy every this many iterations (version 0, the initial policy, included)",
+        num(1),
+    )
+    size: int = opt(
+        4,
+        "newest snapshots a game draws its opponent from (held in memory: trainable tensors only, plus one frozen copy of the model)",
+        num(1),
+    )
+
+
+@dataclass
 class RolloutConfig:
     """Group `rollout`: tasks per iteration, sampling, prompt, action format and the engine."""
 
@@ -491,6 +521,15 @@ class RolloutConfig:
     partial_rollouts: bool = opt(
         False,
         "staleness >= 1: episodes pick up new weights at their next step (false: each iteration's groups sampled wholly with the weights staleness versions back, deterministic)",
+    )
+    opponents: Any = opt(  # any value reaches the check, which names what is wrong
+        None,
+        "multi-agent envs: who plays the other seats of each training game, drawn per game with these weights, e.g. {self: 0.5, pool: 0.3, random: 0.1, mcts\\:10: 0.1}: self (the policy: self-play), pool (a frozen earlier policy, rollout.opponent_pool) or a bot of the env (random, mcts:N); null: the env's own (env.kwargs.opponent)",
+        optional(opponent_weights),
+    )
+    opponent_pool: OpponentPoolConfig = opt(
+        help="the pool of frozen earlier policies (rollout.opponents' pool)",
+        factory=OpponentPoolConfig,
     )
     max_batch_size: int = opt(256, "hf: requests per forward pass", num(1))
     max_batch_tokens: int | None = opt(
