@@ -23,6 +23,8 @@ from agentrl.config import load_config
 from agentrl.episodes import RolloutStats
 from agentrl.gateway import Gateway
 from agentrl.gateway.runner import AgentRunner, load_agent
+from agentrl.learner.forward import response_forward
+from agentrl.learner.sequences import StepSequence, collate
 from agentrl.models import load_model
 from agentrl.pool import EnvSpec, ResetSpec, make_pool
 from agentrl.recipe import train
@@ -198,6 +200,67 @@ def test_a_malformed_call_is_text_with_its_reason_recorded(forced):
     assert r.choices[0].finish_reason == "stop" and r.choices[0].message.tool_calls is None
     assert "<tool_call>" in r.choices[0].message.content
     assert "unknown tool" in gw.sessions.get("malformed").calls[0].reply.parse_error
+
+
+STRICT = [
+    {"type": "function", "function": {
+        "name": "search", "strict": True,
+        "parameters": {"type": "object", "properties": {"query": {"type": "string",
+                       "enum": ["N", "friend of N", "Q"]}},
+                       "required": ["query"], "additionalProperties": False}}},
+    {"type": "function", "function": {
+        "name": "answer", "strict": True,
+        "parameters": {"type": "object", "properties": {"text": {"type": "string", "enum": ["Q"]},
+                                                        "sure": {"type": "boolean"}},
+                       "required": ["text", "sure"], "additionalProperties": False}}},
+]  # fmt: skip
+
+
+def test_required_tool_choice_over_enums_samples_a_valid_call_the_learner_scores_alike(
+    gateway, tiny
+):
+    """tool_choice="required" over finite schemas is enforced as OpenAI's strict functions are:
+    the untrained model's every reply is a valid call, a named function gives that function,
+    and the recorded step (its allowed token sets, its renormalised log-probs) is what the
+    learner scores: the same log-probs within 1e-4."""
+    model, tok = tiny
+    c = client(gateway, "strict")
+    msgs = [{"role": "user", "content": "Who is the friend of N?"}]
+    allowed = {("search", json.dumps({"query": q})) for q in ("N", "friend of N", "Q")}
+    allowed |= {("answer", json.dumps({"text": "Q", "sure": b})) for b in (False, True)}
+    got = set()
+    for seed in range(6):
+        r = c.chat.completions.create(model="x", messages=msgs, tools=STRICT, seed=seed,
+                                      tool_choice="required", max_tokens=64)  # fmt: skip
+        (call,) = r.choices[0].message.tool_calls
+        assert r.choices[0].finish_reason == "tool_calls"
+        got.add((call.function.name, call.function.arguments))
+    assert got <= allowed and len(got) > 1
+    r = c.chat.completions.create(
+        model="x", messages=msgs, tools=STRICT, max_tokens=64,
+        tool_choice={"type": "function", "function": {"name": "answer"}},
+    )  # fmt: skip
+    assert r.choices[0].message.tool_calls[0].function.name == "answer"
+    calls = gateway.sessions.get("strict").calls
+    assert [x.sampling["allowed_calls"] for x in calls] == [5] * 6 + [2]
+    # the steps as the learner sees them: its constrained log-probs equal the recorded ones
+    seqs = [StepSequence(x.prompt_ids, x.response_ids, x.logprobs, k, x.allowed)
+            for k, x in enumerate(calls)]  # fmt: skip
+    assert all(len(x.allowed) == len(x.response_ids) for x in calls)
+    assert calls[0].response_ids[-1] == tok.eos_token_id and min(map(len, calls[0].allowed)) == 1
+    with torch.no_grad():
+        out = response_forward(model, collate(seqs, tok.pad_token_id), 1.0)
+    for k, x in enumerate(calls):
+        n = len(x.response_ids)
+        assert out.logprobs[k, :n].tolist() == pytest.approx(x.logprobs, abs=1e-4)
+    # auto over the same tools, and required over a free-form schema: unconstrained as before
+    c.chat.completions.create(model="x", messages=msgs, tools=STRICT, max_tokens=4)
+    c.chat.completions.create(model="x", messages=msgs, tools=TOOLS, max_tokens=4,
+                              tool_choice="required")  # fmt: skip
+    assert [x.allowed for x in gateway.sessions.get("strict").calls[-2:]] == [None, None]
+    with pytest.raises(openai.BadRequestError, match="which tools does not declare"):
+        c.chat.completions.create(model="x", messages=msgs, tools=STRICT,
+                                  tool_choice={"type": "function", "function": {"name": "x"}})  # fmt: skip
 
 
 def test_bad_requests_get_a_clear_4xx(gateway):

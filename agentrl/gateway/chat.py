@@ -72,7 +72,8 @@ class ChatRequest:
     model: str
     messages: tuple[Message, ...]
     tools: tuple[dict[str, Any], ...] = ()
-    tool_choice: str = "auto"
+    tool_choice: str = "auto"  # auto, none or required (a named function is required + its name)
+    tool_name: str | None = None  # the function a named tool_choice forces
     temperature: float = 1.0
     top_p: float = 1.0
     max_tokens: int | None = None
@@ -166,7 +167,16 @@ def parse_request(body: Any) -> ChatRequest:
         raise BadRequest("n must be 1 (one choice per call)", "n")
     tools = _tools(body.get("tools"))
     choice = body.get("tool_choice", "auto" if tools else "none")
+    name = None
     if isinstance(choice, Mapping):  # {"type": "function", "function": {"name": ...}}
+        fn = choice.get("function")
+        name = fn.get("name") if isinstance(fn, Mapping) else None
+        if choice.get("type") != "function" or not isinstance(name, str):
+            raise BadRequest("tool_choice as an object must be {'type': 'function', "
+                             "'function': {'name': ...}}", "tool_choice")  # fmt: skip
+        if name not in {t["function"]["name"] for t in tools}:
+            raise BadRequest(f"tool_choice names function {name[:40]!r}, which tools does not "
+                             "declare", "tool_choice")  # fmt: skip
         choice = "required"
     if choice not in ("auto", "none", "required"):
         raise BadRequest(f"tool_choice must be auto, none, required or a function, got {choice!r}",
@@ -187,6 +197,7 @@ def parse_request(body: Any) -> ChatRequest:
         messages=tuple(_message(i, m) for i, m in enumerate(raw)),
         tools=tools,
         tool_choice=str(choice),
+        tool_name=name,
         temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
         top_p=_number(body, "top_p", 1.0, 1e-9, 1.0),
         max_tokens=cap,
@@ -208,6 +219,7 @@ class Renderer:
         stop = getattr(tokenizer, "eos_token_id", None)
         self.stop_id = None if stop is None else int(stop)
         self.stop_text = "" if stop is None else tokenizer.decode([stop], skip_special_tokens=False)
+        self._responses: dict[str, tuple[int, ...]] = {}
 
     def _render(self, msgs: list[dict[str, str]], tools: Sequence[dict[str, Any]]) -> str:
         kw: dict[str, Any] = {"tools": list(tools)} if tools else {}
@@ -221,6 +233,17 @@ class Renderer:
 
     def ids(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def response_ids(self, text: str) -> tuple[int, ...]:
+        """The token ids of a response that is exactly ``text`` and then the stop token, as the
+        in-process constrained format tokenises an allowed action (cached)."""
+        got = self._responses.get(text)
+        if got is None:
+            if len(self._responses) >= 65536:
+                self._responses.clear()
+            got = self._responses[text] = (*self.ids(text), *([] if self.stop_id is None else
+                                                                [self.stop_id]))  # fmt: skip
+        return got
 
     def full(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> list[int]:
         """The whole dialogue rendered afresh, with the generation prompt."""

@@ -29,6 +29,7 @@ class _Request:
     request_id: int
     session: str
     future: Future
+    allowed: list[tuple[int, ...]] | None = None  # the token sequences it may produce (None: free)
 
 
 class Engine:
@@ -43,14 +44,20 @@ class Engine:
         self._thread.start()
 
     def submit(
-        self, prompt: Sequence[int], sampling: SamplingParams, request_id: int, session: str
+        self,
+        prompt: Sequence[int],
+        sampling: SamplingParams,
+        request_id: int,
+        session: str,
+        allowed: list[tuple[int, ...]] | None = None,
     ) -> Future:
-        """A future of the :class:`Generation` of ``prompt``."""
+        """A future of the :class:`Generation` of ``prompt`` (within ``allowed``'s sequences
+        when given: the backends' constrained decoding)."""
         fut: Future = Future()
         if self._closed:
             fut.set_exception(RuntimeError("the gateway's engine is closed"))
             return fut
-        self._queue.put(_Request(list(prompt), sampling, int(request_id), session, fut))
+        self._queue.put(_Request(list(prompt), sampling, int(request_id), session, fut, allowed))
         return fut
 
     def _run(self) -> None:
@@ -88,7 +95,10 @@ class Engine:
             sessions=tuple(r.session for r in reqs),
         )
         try:
-            gens: list[Generation] = self.backend.generate([r.prompt for r in reqs], params)
+            allowed = [r.allowed for r in reqs]
+            gens: list[Generation] = self.backend.generate(
+                [r.prompt for r in reqs], params, allowed if any(allowed) else None
+            )
             self.calls += 1
         except Exception as exc:  # the callers answer with the reason; the thread goes on
             for r in reqs:

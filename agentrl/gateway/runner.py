@@ -116,7 +116,7 @@ def session_episode(
         ep.steps.append(
             StepRecord(
                 prompt_ids=c.prompt_ids, response_ids=c.response_ids, logprobs=c.logprobs,
-                allowed=None, response=c.text, action=None if r.parse_error else action,
+                allowed=c.allowed, response=c.text, action=None if r.parse_error else action,
                 parse_error=r.parse_error, finish_reason=c.engine_finish,
                 observation=last.content if last is not None else "", state_key=keys[t],
                 reward=float(rewards[t]), valid=not r.parse_error, milestones_new=0,

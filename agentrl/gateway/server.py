@@ -44,10 +44,12 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..backends.base import Backend, SamplingParams
+from ..backends.trie import allowed_per_position
 from ..rollout.tools import detect_syntax
-from .chat import BadRequest, ChatRequest, Renderer, parse_request, read_reply
+from .chat import BadRequest, Call, ChatRequest, Renderer, Reply, parse_request, read_reply
 from .engine import Engine
 from .sessions import CallRecord, Session, SessionError, Sessions, outcome_of
+from .strict import allowed_calls
 
 __all__ = ["SESSION_HEADER", "Gateway"]
 
@@ -254,12 +256,20 @@ class Gateway:
             stop_token_ids=stop,
             seed=self.seed if seed is None else int(seed),
         )
+        calls = allowed_calls(req.tools, req.tool_choice, req.tool_name, self.syntax)
+        seqs = None if calls is None else [self.renderer.response_ids(c[2]) for c in calls]
         gen = await asyncio.wrap_future(
-            self.engine.submit(prompt, sampling, request_id, session.name)
+            self.engine.submit(prompt, sampling, request_id, session.name, seqs)
         )
         ids, logprobs, finish = list(gen.token_ids), list(gen.logprobs), gen.finish_reason
-        text, ids, logprobs, finish = self._stop_strings(ids, logprobs, finish, req.stop)
-        reply = read_reply(text, finish, req.tools, req.tool_choice, self.syntax)
+        if seqs is None:
+            text, ids, logprobs, finish = self._stop_strings(ids, logprobs, finish, req.stop)
+            reply = read_reply(text, finish, req.tools, req.tool_choice, self.syntax)
+            allowed = None
+        else:  # constrained: the response is one of the allowed calls (or cut at the cap)
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            reply = self._constrained_reply(ids, seqs, calls, text, finish, req)
+            allowed = allowed_per_position(seqs, ids)
         with session.lock:
             if session.closed:
                 raise SessionError(
@@ -273,17 +283,28 @@ class Gateway:
                 index=len(session.calls), prompt_ids=prompt, response_ids=ids, logprobs=logprobs,
                 policy_version=int(gen.extra.get("policy_version", self.version())),
                 engine_finish=finish, text=text, reply=reply, messages=req.messages,
-                tools=req.tools, extends=extends, reused=base is not None,
+                tools=req.tools, extends=extends, reused=base is not None, allowed=allowed,
                 latency_s=time.perf_counter() - t0,
                 request={"temperature": req.temperature, "top_p": req.top_p,
                          "max_tokens": req.max_tokens, "seed": req.seed,
-                         "tool_choice": req.tool_choice, "stop": list(req.stop)},
+                         "tool_choice": req.tool_choice, "tool_name": req.tool_name,
+                         "stop": list(req.stop)},
                 sampling={"seed": sampling.seed, "request_id": request_id,
                           "temperature": sampling.temperature, "top_p": sampling.top_p,
-                          "max_new_tokens": sampling.max_new_tokens},
+                          "max_new_tokens": sampling.max_new_tokens,
+                          "allowed_calls": None if calls is None else len(calls)},
             )  # fmt: skip
             session.calls.append(record)
         return record
+
+    def _constrained_reply(self, ids, seqs, calls, text, finish, req) -> Reply:
+        """The call whose allowed token sequence the response is; a response cut at the token
+        cap is text (``finish_reason`` length), as read from its text."""
+        for seq, (name, args, _) in zip(seqs, calls):
+            if tuple(ids) == seq:
+                return Reply(None, [Call(f"call_{uuid.uuid4().hex[:24]}", name, dict(args))],
+                             "tool_calls")  # fmt: skip
+        return read_reply(text, finish, req.tools, req.tool_choice, self.syntax)
 
     def _stop_strings(
         self, ids: list[int], logprobs: list[float], finish: str, stops: tuple[str, ...]

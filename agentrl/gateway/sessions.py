@@ -57,6 +57,9 @@ class CallRecord:
     latency_s: float
     request: dict[str, Any] = field(default_factory=dict)  # the sampling the program asked for
     sampling: dict[str, Any] = field(default_factory=dict)  # what the engine got (seed, request id)
+    #: per response position, the token ids sampling was restricted to (``tool_choice`` enforced
+    #: over finite schemas, :mod:`agentrl.gateway.strict`); ``None``: the full vocabulary
+    allowed: list[list[int]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -74,6 +77,7 @@ class CallRecord:
             "latency_s": self.latency_s,
             "request": self.request,
             "sampling": self.sampling,
+            "allowed": self.allowed,
         }
 
 
