@@ -17,6 +17,7 @@ import torch
 from gateway_agent import TOOLS  # the agent program's own tool, one definition
 from hydra import compose, initialize_config_module
 
+from agentrl import envs
 from agentrl.backends.base import SamplingParams
 from agentrl.backends.hf import HFBackend
 from agentrl.config import load_config
@@ -376,40 +377,33 @@ def test_the_agent_runner_turns_sessions_into_steps_or_cuts_the_episode(
 
 
 def test_an_openai_sdk_program_plays_search_v0_through_its_tools(tiny):
-    """examples/agents/search_agent.py offers Search-v0's tools as functions; the calls it gets
-    (forced, as the tiny model samples noise) are run by the env; the steps carry the engine's
-    ids and the env's state keys, and the second call extends the first token for token."""
+    """examples/agents/search_agent.py offers Search-v0's tools each turn as strict functions
+    over the admissible queries and answers with tool_choice="required": the untrained model's
+    every call is an admissible one, run by the env; the steps carry the engine's ids, the
+    allowed token sets the learner needs and the env's state keys."""
     model, tok = tiny
-    backend = Forced(HFBackend(model, tok.pad_token_id), tok)
-    texts = [
-        '<tool_call>\n{"name": "search", "arguments": {"query": "friend of N"}}\n</tool_call>',
-        '<tool_call>\n{"name": "answer", "arguments": {"text": "Q"}}\n</tool_call>',
-    ]
-    backend.texts = list(texts)
     program = Path(__file__).parents[1] / "examples" / "agents" / "search_agent.py"
-    pool = make_pool([EnvSpec("Agent-v0", {"env": "Search-v0", "agent": f"{program}:play"})],
+    pool = make_pool([EnvSpec("Agent-v0", {"env": "Search-v0", "agent": f"{program}:play"})] * 4,
                      num_workers=0)  # fmt: skip
-    runner = AgentRunner(pool, backend, tok, RunnerSettings(max_steps=5, max_new_tokens=128),
-                         syntax="hermes")  # fmt: skip
+    runner = AgentRunner(pool, HFBackend(model, tok.pad_token_id), tok,
+                         RunnerSettings(max_steps=4, max_new_tokens=64), syntax="hermes")  # fmt: skip
     try:
-        (ep,) = runner.play([ResetSpec(0, None, {"task_id": "1-hop/31"})], temperature=1.0, seed=0)
+        eps = runner.play([ResetSpec(0, s, None) for s in range(4)], temperature=1.0, seed=0)
     finally:
         runner.gateway.close()
         pool.close()
-    assert ep.fault is None and ep.category == "synthetic/1-hop"
-    assert [s.action for s in ep.steps] == [
-        'search({"query": "friend of N"})',
-        'answer({"text": "Q"})',
-    ]
-    assert ep.steps[0].state_key == "1-hop/31|" and ep.steps[1].state_key != ep.steps[0].state_key
-    for s, text in zip(ep.steps, texts):
-        assert s.response_ids == [
-            *tok(text, add_special_tokens=False)["input_ids"],
-            tok.eos_token_id,
-        ]
-        assert len(s.logprobs) == len(s.response_ids)
-    head = ep.steps[0].prompt_ids + ep.steps[0].response_ids
-    assert ep.steps[1].prompt_ids[: len(head)] == head and not ep.steps[1].extras["prefix_break"]
+    steps = [s for ep in eps for s in ep.steps]
+    assert all(ep.fault is None for ep in eps) and len(steps) > len(eps)  # some searched
+    search = envs.make("Search-v0")  # the tasks are Search-v0's own seeded draws
+    assert [ep.task_id for ep in eps] == [search.reset(seed=s)[1]["task_id"] for s in range(4)]
+    for ep in eps:
+        assert ep.steps[-1].action.startswith("answer(") or len(ep.steps) == 4
+        assert ep.steps[0].state_key == f"{ep.task_id}|"
+        for s in ep.steps:
+            assert s.valid and s.action.startswith(("search(", "answer("))
+            assert len(s.allowed) == len(s.logprobs) == len(s.response_ids)
+            assert s.response_ids[-1] == tok.eos_token_id
+            assert all(t in a for t, a in zip(s.response_ids, s.allowed))
 
 
 SMOLAGENT = Path(__file__).parents[1] / "examples" / "agents" / "search_smolagent.py"
