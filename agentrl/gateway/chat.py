@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +72,7 @@ class ChatRequest:
     model: str
     messages: tuple[Message, ...]
     tools: tuple[dict[str, Any], ...] = ()
+    tools_key: str = ""  # the tools' JSON text (one rendering per dialogue and tools)
     tool_choice: str = "auto"  # auto, none or required (a named function is required + its name)
     tool_name: str | None = None  # the function a named tool_choice forces
     temperature: float = 1.0
@@ -143,9 +144,10 @@ def _number(body: Mapping[str, Any], key: str, default: float, lo: float, hi: fl
     return float(v)
 
 
-def _tools(raw: Any) -> tuple[dict[str, Any], ...]:
+def _tools(raw: Any) -> tuple[tuple[dict[str, Any], ...], str]:
+    """The checked tools (a deep copy) and their JSON text (the renderer's cache key)."""
     if raw is None:
-        return ()
+        return (), ""
     if not isinstance(raw, list):
         raise BadRequest("tools must be a list of function tools", "tools")
     for i, t in enumerate(raw):
@@ -153,7 +155,8 @@ def _tools(raw: Any) -> tuple[dict[str, Any], ...]:
         if t.get("type") != "function" or not isinstance(fn, Mapping) or not fn.get("name"):
             raise BadRequest(f"tools[{i}] must be {{'type': 'function', 'function': {{'name': ...}}}}",
                              "tools")  # fmt: skip
-    return tuple(json.loads(json.dumps(t)) for t in raw)
+    text = json.dumps(raw)
+    return tuple(json.loads(text)), text
 
 
 def parse_request(body: Any) -> ChatRequest:
@@ -165,7 +168,7 @@ def parse_request(body: Any) -> ChatRequest:
         raise BadRequest("messages must be a non-empty list", "messages")
     if body.get("n", 1) != 1:
         raise BadRequest("n must be 1 (one choice per call)", "n")
-    tools = _tools(body.get("tools"))
+    tools, tools_key = _tools(body.get("tools"))
     choice = body.get("tool_choice", "auto" if tools else "none")
     name = None
     if isinstance(choice, Mapping):  # {"type": "function", "function": {"name": ...}}
@@ -196,6 +199,7 @@ def parse_request(body: Any) -> ChatRequest:
         model=str(body.get("model") or ""),
         messages=tuple(_message(i, m) for i, m in enumerate(raw)),
         tools=tools,
+        tools_key=tools_key,
         tool_choice=str(choice),
         tool_name=name,
         temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
@@ -220,6 +224,7 @@ class Renderer:
         self.stop_id = None if stop is None else int(stop)
         self.stop_text = "" if stop is None else tokenizer.decode([stop], skip_special_tokens=False)
         self._responses: dict[str, tuple[int, ...]] = {}
+        self._rendered: dict[Hashable, tuple[int, ...]] = {}  # prompt ids per dialogue and tools
 
     def _render(self, msgs: list[dict[str, str]], tools: Sequence[dict[str, Any]]) -> str:
         kw: dict[str, Any] = {"tools": list(tools)} if tools else {}
@@ -245,9 +250,22 @@ class Renderer:
                                                                 [self.stop_id]))  # fmt: skip
         return got
 
-    def full(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> list[int]:
-        """The whole dialogue rendered afresh, with the generation prompt."""
-        return self.ids(self._render([m.template(self.syntax) for m in messages], tools))
+    def _cached(self, key: Hashable, make: Callable[[], list[int]]) -> list[int]:
+        got = self._rendered.get(key)
+        if got is None:
+            if len(self._rendered) >= 4096:
+                self._rendered.clear()
+            got = self._rendered[key] = tuple(make())
+        return list(got)
+
+    def full(
+        self, messages: Sequence[Message], tools: Sequence[dict[str, Any]], tools_key: str = ""
+    ) -> list[int]:
+        """The whole dialogue rendered afresh, with the generation prompt (memoised on the
+        messages and ``tools_key``, the tools' JSON text; computed when not given)."""
+        key = ("full", tuple(messages), tools_key or json.dumps(list(tools)))
+        return self._cached(key, lambda: self.ids(
+            self._render([m.template(self.syntax) for m in messages], tools)))  # fmt: skip
 
     def extend(
         self,
@@ -255,20 +273,31 @@ class Renderer:
         response_ids: Sequence[int],
         new: Sequence[Message],
         tools: Sequence[dict[str, Any]],
+        tools_key: str = "",
     ) -> list[int]:
         """A recorded call's exact prompt and response ids, then the template's text after an
         assistant turn for the ``new`` messages (rendered on a stand-in dialogue, so a template
         that rewrites past turns changes nothing here). A response that ended with the stop token
-        has closed its turn: the continuation's copy of that token is left out."""
+        has closed its turn: the continuation's copy of that token is left out. The rendering of
+        ``new`` is memoised on the messages and ``tools_key``."""
+        closed = bool(response_ids) and response_ids[-1] == self.stop_id
+        key = ("extend", tuple(new), tools_key or json.dumps(list(tools)), closed)
+        return [
+            *prompt_ids,
+            *response_ids,
+            *self._cached(key, lambda: self._tail(new, tools, closed)),
+        ]
+
+    def _tail(self, new: Sequence[Message], tools: Sequence[dict[str, Any]], closed: bool):
         stand_in = [{"role": "user", "content": "?"}, {"role": "assistant", "content": self.MARK}]
         full = self._render(stand_in + [m.template(self.syntax) for m in new], tools)
         at = full.rfind(self.MARK)
         if at < 0:
             raise BadRequest("the chat template does not write an assistant's content as given")
         text = full[at + len(self.MARK) :]
-        if response_ids and response_ids[-1] == self.stop_id and text.startswith(self.stop_text):
+        if closed and text.startswith(self.stop_text):
             text = text[len(self.stop_text) :]
-        return [*prompt_ids, *response_ids, *self.ids(text)]
+        return self.ids(text)
 
 
 @dataclass

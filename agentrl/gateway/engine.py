@@ -37,7 +37,8 @@ class Engine:
 
     def __init__(self, backend: Backend, max_batch: int = 256):
         self.backend, self.max_batch = backend, max_batch
-        self._queue: queue.Queue[_Request | None] = queue.Queue()
+        # SimpleQueue: put and get in C, no Python-level condition to wake the engine thread
+        self._queue: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="gateway-engine", daemon=True)
         self._closed = False
         self.calls = 0  # backend calls made
