@@ -225,6 +225,7 @@ class Renderer:
         self.stop_text = "" if stop is None else tokenizer.decode([stop], skip_special_tokens=False)
         self._responses: dict[str, tuple[int, ...]] = {}
         self._rendered: dict[Hashable, tuple[int, ...]] = {}  # prompt ids per dialogue and tools
+        self._tail_free: dict[tuple[str, ...], bool] = {}  # roles -> tail written without tools
 
     def _render(self, msgs: list[dict[str, str]], tools: Sequence[dict[str, Any]]) -> str:
         kw: dict[str, Any] = {"tools": list(tools)} if tools else {}
@@ -279,25 +280,41 @@ class Renderer:
         assistant turn for the ``new`` messages (rendered on a stand-in dialogue, so a template
         that rewrites past turns changes nothing here). A response that ended with the stop token
         has closed its turn: the continuation's copy of that token is left out. The rendering of
-        ``new`` is memoised on the messages and ``tools_key``."""
-        closed = bool(response_ids) and response_ids[-1] == self.stop_id
-        key = ("extend", tuple(new), tools_key or json.dumps(list(tools)), closed)
-        return [
-            *prompt_ids,
-            *response_ids,
-            *self._cached(key, lambda: self._tail(new, tools, closed)),
-        ]
+        ``new`` is memoised on the messages and ``tools_key``.
 
-    def _tail(self, new: Sequence[Message], tools: Sequence[dict[str, Any]], closed: bool):
+        Most templates write the tools before the first turn, so the text after an assistant
+        turn does not depend on them, and rendering the stand-in without them saves the tools'
+        rendering (about a millisecond for two tools). Whether that holds is checked, per
+        sequence of roles in ``new``, on the first continuation with tools: both renderings are
+        made and compared (a template that writes the tools before the last user message, as
+        Mistral's does, keeps them)."""
+        closed = bool(response_ids) and response_ids[-1] == self.stop_id
+        if tools:
+            roles = tuple(m.role for m in new)
+            free = self._tail_free.get(roles)
+            if free is None:
+                with_tools = self._tail(new, tools)
+                free = self._tail_free[roles] = with_tools == self._tail(new, ())
+            if free:
+                tools, tools_key = (), "[]"
+        key = ("extend", tuple(new), tools_key or json.dumps(list(tools)), closed)
+
+        def tail() -> list[int]:
+            text = self._tail(new, tools)
+            if closed and text.startswith(self.stop_text):
+                text = text[len(self.stop_text) :]
+            return self.ids(text)
+
+        return [*prompt_ids, *response_ids, *self._cached(key, tail)]
+
+    def _tail(self, new: Sequence[Message], tools: Sequence[dict[str, Any]]) -> str:
+        """The template's text after an assistant turn for the ``new`` messages."""
         stand_in = [{"role": "user", "content": "?"}, {"role": "assistant", "content": self.MARK}]
         full = self._render(stand_in + [m.template(self.syntax) for m in new], tools)
         at = full.rfind(self.MARK)
         if at < 0:
             raise BadRequest("the chat template does not write an assistant's content as given")
-        text = full[at + len(self.MARK) :]
-        if closed and text.startswith(self.stop_text):
-            text = text[len(self.stop_text) :]
-        return self.ids(text)
+        return full[at + len(self.MARK) :]
 
 
 @dataclass
