@@ -259,6 +259,8 @@ def test_required_tool_choice_over_enums_samples_a_valid_call_the_learner_scores
     c.chat.completions.create(model="x", messages=msgs, tools=TOOLS, max_tokens=4,
                               tool_choice="required")  # fmt: skip
     assert [x.allowed for x in gateway.sessions.get("strict").calls[-2:]] == [None, None]
+    with pytest.raises(openai.BadRequestError, match="tool_choice required needs tools"):
+        c.chat.completions.create(model="x", messages=msgs, tool_choice="required")
     with pytest.raises(openai.BadRequestError, match="which tools does not declare"):
         c.chat.completions.create(model="x", messages=msgs, tools=STRICT,
                                   tool_choice={"type": "function", "function": {"name": "x"}})  # fmt: skip

@@ -184,6 +184,8 @@ def parse_request(body: Any) -> ChatRequest:
     if choice not in ("auto", "none", "required"):
         raise BadRequest(f"tool_choice must be auto, none, required or a function, got {choice!r}",
                          "tool_choice")  # fmt: skip
+    if choice == "required" and not tools:
+        raise BadRequest("tool_choice required needs tools", "tool_choice")
     cap = body.get("max_completion_tokens", body.get("max_tokens"))
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
         raise BadRequest(f"max_tokens must be a positive integer, got {cap!r}", "max_tokens")
