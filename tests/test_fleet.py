@@ -112,6 +112,44 @@ def test_weight_sync_parity_and_versions(fleet, engine):
         assert max(abs(x - y) for x, y in zip(g.logprobs, ref, strict=True)) < 1e-4
 
 
+def test_a_sync_in_keep_mode_carries_requests_over(fleet):
+    """rollout.partial_rollouts: a sync while long requests run pauses the servers with vLLM's
+    keep mode, so the requests go on with the new weights: none is aborted (each runs to its
+    token cap), each token records the version that sampled it, those before the switch are
+    the old weights' log-probs and those after the new weights' (over the whole context: the
+    old cache is dropped)."""
+    old, new = build_tiny_model(None, seed=1).model, build_tiny_model(None, seed=4).model
+    assert fleet.version == 1  # the weights of the test above: the seed-1 model's
+    prompts = [[5, 6, 7, 8], [9, 10, 11]]
+    long = SamplingParams(max_new_tokens=240, temperature=1.0, seed=5)
+    fleet.keep_in_flight = True
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            call = pool.submit(fleet.generate, prompts, long)
+            deadline = time.monotonic() + 60
+            while not any(s.outstanding for s in fleet.servers) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.2)  # a few tokens in
+            fleet.update_weights(new.state_dict())
+            out = call.result(timeout=300)
+    finally:
+        fleet.keep_in_flight = False
+    assert fleet.version == 2
+    switched = 0
+    for p, g in zip(prompts, out, strict=True):
+        assert len(g.token_ids) == 240 and g.finish_reason == "length"  # not aborted
+        v = g.extra["token_versions"]
+        assert len(v) == 240 and v == sorted(v) and set(v) <= {1, 2}
+        assert g.extra["policy_version"] == v[0]
+        k = v.count(1)  # the tokens sampled before the sync
+        switched += 0 < k < 240
+        before = hf_logprobs(old, p, g.token_ids[:k]) if k else []
+        after = hf_logprobs(new, p + g.token_ids[:k], g.token_ids[k:]) if k < 240 else []
+        assert max(abs(x - y) for x, y in zip(g.logprobs, before + after, strict=True)) < 1e-3
+    assert switched, "no request was in flight at the sync"
+    assert fleet.generate(PROMPTS[:1], SAMPLING)[0].extra["policy_version"] == 2
+
+
 def test_a_conversation_stays_on_its_server(fleet):
     sessions = [f"7:{k}" for k in range(4)]
     seen: dict[str, set[str]] = {s: set() for s in sessions}
@@ -146,7 +184,7 @@ def test_a_server_with_other_weights_is_refused(fleet, tiny):
 
 def test_a_hung_server_is_replayed_then_named(fleet):
     reference = fleet.generate(PROMPTS, SAMPLING, ALLOWED)
-    hung = fleet.servers[1]
+    hung, replayed = fleet.servers[1], fleet.replayed
     engines = psutil.Process(hung.proc.pid).children(recursive=True)
     for p in engines:  # its engine stops: the API server accepts requests that never finish
         p.suspend()
@@ -156,6 +194,8 @@ def test_a_hung_server_is_replayed_then_named(fleet):
         assert [g.token_ids for g in out] == [g.token_ids for g in reference]
         assert {g.extra["server"] for g in out} == {fleet.servers[0].url}
         assert hung.alive  # it still answers /health: kept, and counted
+        # each of its timed-out requests was aborted there before its replay
+        assert hung.aborted == fleet.replayed - replayed > 0
         with pytest.raises(FleetError, match=f"{hung.url} failed 2 calls in a row"):
             fleet.generate(PROMPTS, SAMPLING, ALLOWED)
     finally:
@@ -163,13 +203,19 @@ def test_a_hung_server_is_replayed_then_named(fleet):
         for p in engines:
             p.resume()
         hung.failures = 0
+    # back from the hang, the server computes none of them: it tracks no request (vLLM's
+    # abort-all answers with the count it tracks) and its engine is idle
+    time.sleep(1.0)
+    tracked = hung.client._call("POST", "/abort_requests", {"request_ids": []})
+    assert tracked["aborted"] == 0, tracked
 
 
 def test_a_killed_server_costs_only_its_requests(fleet):
     reference = fleet.generate(PROMPTS, SAMPLING, ALLOWED)
     assert len({g.extra["server"] for g in reference}) == 2
     victim = fleet.servers[1]
-    for p in psutil.Process(victim.proc.pid).children(recursive=True):
+    old_pid = victim.proc.pid
+    for p in psutil.Process(old_pid).children(recursive=True):
         p.suspend()  # its requests wait there, in flight, until it dies
     replayed = fleet.replayed
     with ThreadPoolExecutor(1) as pool:
@@ -185,8 +231,38 @@ def test_a_killed_server_costs_only_its_requests(fleet):
     for a, b in zip(out, reference, strict=True):
         assert max((abs(x - y) for x, y in zip(a.logprobs, b.logprobs)), default=0) < 1e-4
     assert not victim.alive and all(g.extra["server"] == fleet.servers[0].url for g in out)
-    fleet.update_weights(build_tiny_model(None, seed=1).model.state_dict())  # the rest syncs
-    assert fleet.generate(PROMPTS[:1], SAMPLING)[0].extra["policy_version"] == fleet.version
+    assert victim.restarting  # launched here: it comes back
+    fleet.update_weights(build_tiny_model(None, seed=3).model.state_dict())  # the rest syncs
+    alone = fleet.generate(PROMPTS, SAMPLING, ALLOWED)  # on the live server only
+    assert {g.extra["policy_version"] for g in alone} == {fleet.version}
+    deadline = time.monotonic() + 400
+    while not victim.alive and victim.restarting and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert victim.alive, victim.why_out
+    assert victim.proc.pid != old_pid and not _running(old_pid)
+    assert victim.client.weight_version() == str(fleet.version)  # pushed on its return
+    assert fleet.restarted == 1
+    out = fleet.generate(PROMPTS, SAMPLING, ALLOWED)  # both serve again, the same weights
+    assert {g.extra["server"] for g in out} == {s.url for s in fleet.servers}
+    assert [g.token_ids for g in out] == [g.token_ids for g in alone]
+
+
+def test_a_restart_that_fails_counts_and_names_the_server(fleet):
+    victim = fleet.servers[1]
+    cmd, victim.cmd = victim.cmd, [sys.executable, "-c", "raise SystemExit(3)"]
+    fleet.max_failures = 2
+    try:
+        os.killpg(victim.proc.pid, signal.SIGKILL)
+        victim.proc.wait(timeout=30)
+        out = fleet.generate(PROMPTS, SAMPLING, ALLOWED)  # replayed on the other server
+        assert all(g.extra["server"] == fleet.servers[0].url for g in out)
+        deadline = time.monotonic() + 60
+        while victim.restarting and time.monotonic() < deadline:
+            time.sleep(0.2)
+        with pytest.raises(FleetError, match=f"{victim.url} failed 2 restarts in a row"):
+            fleet.generate(PROMPTS, SAMPLING, ALLOWED)
+    finally:
+        victim.cmd, fleet.max_failures, fleet._fatal = cmd, 3, None
 
 
 def test_close_leaves_no_process(fleet):
