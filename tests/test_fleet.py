@@ -6,8 +6,11 @@ within float noise, before and after a weight sync through vLLM's weight-transfe
 gloo engine, loaded into the servers as a vLLM plugin); the version every server and every
 generation reports; one conversation on one server, other requests spread; a server with other
 weights refused (another model at attach, another version label before a call); a hung server's
-requests replayed elsewhere and ``max_failures`` naming it; a killed server's requests replayed
-with the same seeds (same results); no process left after close (psutil).
+requests aborted there and replayed elsewhere, ``max_failures`` naming it; a killed server's
+requests replayed with the same seeds (same results) while it is relaunched with the fleet's
+weights; a sync in keep mode carrying long requests over (partial rollouts); no process left
+after close (psutil). The last test runs a 3-iteration training run on its own launched server
+(asynchronous rollouts with partial rollouts: the staleness bound over the fleet).
 """
 
 from __future__ import annotations
@@ -353,3 +356,50 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_asynchronous_rollouts_on_the_fleet_keep_the_staleness_bound(tmp_path, monkeypatch):
+    """A real 3-iteration run on a launched server with ``rollout.staleness=1`` and partial
+    rollouts: the producer thread plays on the fleet while the learner trains, each new version
+    is pushed mid-call (keep mode) and every token trained by the learner at version ``v`` was
+    sampled by version ``v - 1`` or ``v``."""
+    import agentrl.configs
+    from hydra import compose, initialize_config_dir
+
+    from agentrl.config import load_config
+    from agentrl.recipe import build, train
+
+    monkeypatch.setenv("AGENTRL_CACHE_DIR", str(tmp_path / "cache"))
+    overrides = ["rollout=fleet", "rollout.fleet.servers=1", "trainer=smoke",
+                 "trainer.iterations=3", "trainer.lr=0.05", "trainer.checkpoint_every=0",
+                 "rollout.tasks_per_iter=2", "rollout.group_size=2", "rollout.staleness=1",
+                 "rollout.partial_rollouts=true", f"rollout.kv_cache_memory_bytes={KV_BYTES}",
+                 "rollout.max_num_seqs=16", "env.max_steps=3", "env.eval_episodes=2",
+                 "trainer.eval_initial=false", f"output_dir={tmp_path / 'run'}"]  # fmt: skip
+    with initialize_config_dir(config_dir=str(agentrl.configs.__path__[0]), version_base=None):
+        cfg = load_config(compose("train", overrides=overrides))
+    parts = build(cfg)
+    trained: list[tuple[int, list[int]]] = []
+    try:
+        fleet = parts.backend
+        assert isinstance(fleet, FleetBackend) and fleet.keep_in_flight
+        pids = [fleet.servers[0].proc.pid]
+        pids += [c.pid for c in psutil.Process(pids[0]).children(recursive=True)]
+        update = parts.learner.update
+
+        def spy(seqs, *args, **kw):
+            trained.append((parts.learner.updates, [v for s in seqs for v in s.versions]))
+            return update(seqs, *args, **kw)
+
+        monkeypatch.setattr(parts.learner, "update", spy)
+        train(cfg, tmp_path / "run", parts)
+        assert fleet.version >= 3  # the start's weights and each update's, pushed as published
+    finally:
+        parts.runner.close()
+    assert [v for v, _ in trained] == [0, 1, 2]
+    for v, versions in trained:
+        assert versions and all(v - 1 <= x <= v for x in versions), (v, sorted(set(versions)))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(_running(p) for p in pids):
+        time.sleep(0.2)
+    assert not [p for p in pids if _running(p)]

@@ -25,11 +25,20 @@ server that served its first call while that server lives (its prefix cache hold
 context); other requests go to the server with the fewest outstanding tokens (prompt plus token
 cap of the requests in flight).
 
+Keep mode (``rollout.partial_rollouts``): a sync freezes the requests in flight in each
+server's queue (``/pause?mode=keep``), drops their cache computed with the old weights and
+resumes them on the new ones; each reply's version spans give every token's version
+(``extra["token_versions"]``; ``extra["policy_version"]`` is the oldest).
+
 Faults: a request that fails (connection refused or reset, a timeout, an HTTP error) is replayed
 on another server with the same body, seed included, so its result is the one the first server
-would have given. A server whose process exited, or whose ``/health`` no longer answers, leaves
-the fleet; one that answers but fails ``rollout.fleet.max_failures`` calls in a row stops the
-run with one line naming it, as does a fleet with no server left. :meth:`FleetBackend.close`
+would have given; one that timed out is first aborted on its server (``/abort_requests``, best
+effort). A server launched here whose process exited is relaunched by a restart thread (the
+same command, then the fleet's weights and version) and rejoins the rotation; each failed
+relaunch counts as a failure of it. A server given by url that is gone, or one whose
+``/health`` no longer answers, leaves the fleet; one that answers but fails
+``rollout.fleet.max_failures`` calls (or relaunches) in a row stops the run with one line naming
+it, as does a fleet with no server left. :meth:`FleetBackend.close`
 (also at interpreter exit) stops every server this process launched, with their engine
 processes (their own process group).
 """
