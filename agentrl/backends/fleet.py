@@ -33,10 +33,10 @@ resumes them on the new ones; each reply's version spans give every token's vers
 Faults: a request that fails (connection refused or reset, a timeout, an HTTP error) is replayed
 on another server with the same body, seed included, so its result is the one the first server
 would have given; one that timed out is first aborted on its server (``/abort_requests``, best
-effort). A server launched here whose process exited is relaunched by a restart thread (the
-same command, then the fleet's weights and version) and rejoins the rotation; each failed
-relaunch counts as a failure of it. A server given by url that is gone, or one whose
-``/health`` no longer answers, leaves the fleet; one that answers but fails
+effort). A server launched here whose process exited, or whose ``/health`` no longer answers
+(it is stopped), is relaunched by a restart thread (the same command, then the fleet's weights
+and version) and rejoins the rotation; each failed relaunch counts as a failure of it. A server
+given by url that is gone leaves the fleet; one that answers but fails
 ``rollout.fleet.max_failures`` calls (or relaunches) in a row stops the run with one line naming
 it, as does a fleet with no server left. :meth:`FleetBackend.close`
 (also at interpreter exit) stops every server this process launched, with their engine
@@ -514,7 +514,7 @@ class FleetBackend:
         live, it waits for one that is restarting."""
         with self._lock:
             while True:
-                self._check_fatal()
+                self._check_open()  # closed, or a restart that failed for good
                 live = [s for s in self.servers if s.alive and (id(s), s.starts) not in avoid]
                 if live or not any(s.restarting for s in self.servers):
                     break
@@ -577,8 +577,21 @@ class FleetBackend:
         """A server failed a request: a launched one whose process exited is restarted (out of
         the rotation meanwhile), one gone otherwise leaves the fleet, one that answers stays
         (and is counted)."""
-        exited = server.exited()
+        proc = server.proc  # this launch's (a restart replaces it)
+        if not server.alive:
+            return
+        exited = proc is not None and proc.poll() is not None
         gone = exited or not _get_ok(server.url + "/health", timeout=2)
+        if gone and not exited and proc is not None:
+            # launched here and not answering: dying (its connections close before it exits),
+            # or hung for good; either way it is stopped and relaunched
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=3)
+            if proc.poll() is None:
+                why = f"{why}; /health does not answer: stopped"
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            exited = True
         with self._lock:
             if server.alive and gone:
                 server.alive = False
@@ -587,7 +600,7 @@ class FleetBackend:
                     server.why_out = f"restarting ({why})"
                     log.warning("fleet: server %s died (exit %s; %s); its requests replay "
                                 "elsewhere while it restarts", server.url,
-                                server.proc.returncode, why)  # fmt: skip
+                                proc.poll() if proc else None, why)  # fmt: skip
                     self._restart_later(server)
                 else:
                     server.why_out = f"gone ({why})"
