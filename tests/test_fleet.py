@@ -9,8 +9,9 @@ weights refused (another model at attach, another version label before a call); 
 requests aborted there and replayed elsewhere, ``max_failures`` naming it; a killed server's
 requests replayed with the same seeds (same results) while it is relaunched with the fleet's
 weights; a sync in keep mode carrying long requests over (partial rollouts); no process left
-after close (psutil). The last test runs a 3-iteration training run on its own launched server
-(asynchronous rollouts with partial rollouts: the staleness bound over the fleet).
+after close (psutil). One test runs a 3-iteration training run on its own launched server
+(asynchronous rollouts with partial rollouts: the staleness bound over the fleet) while the
+killed server restarts; the restart is checked in the tests at the end.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ KV_BYTES = 32 << 20
 PROMPTS = [[5, 6, 7, 8], [9, 10, 11], [12, 13, 14, 15, 16], [17, 18], [19, 20, 21], [22, 23, 24]]
 ALLOWED = [None, [[40, 41, 2], [42, 2], [40, 43, 44, 2]], None, [[50, 2], [51, 52, 2]], None, None]
 SAMPLING = SamplingParams(max_new_tokens=12, temperature=1.0, seed=11, stop_token_ids=(2,))
+RESTARTED: dict = {}  # the killed server's old pid and what the other server sampled meanwhile
 
 if not any(e.name == "agentrl_gloo" for e in entry_points(group="vllm.general_plugins")):
     pytest.fail(  # the servers could not load the transfer engine: the package is not installed
@@ -234,49 +236,56 @@ def test_a_killed_server_costs_only_its_requests(fleet):
     for a, b in zip(out, reference, strict=True):
         assert max((abs(x - y) for x, y in zip(a.logprobs, b.logprobs)), default=0) < 1e-4
     assert not victim.alive and all(g.extra["server"] == fleet.servers[0].url for g in out)
-    assert victim.restarting  # launched here: it comes back
+    assert victim.restarting  # launched here: it comes back (checked after the next test,
+    # whose own server starts meanwhile)
     fleet.update_weights(build_tiny_model(None, seed=3).model.state_dict())  # the rest syncs
     alone = fleet.generate(PROMPTS, SAMPLING, ALLOWED)  # on the live server only
     assert {g.extra["policy_version"] for g in alone} == {fleet.version}
-    deadline = time.monotonic() + 400
-    while not victim.alive and victim.restarting and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert victim.alive, victim.why_out
-    assert victim.proc.pid != old_pid and not _running(old_pid)
-    assert victim.client.weight_version() == str(fleet.version)  # pushed on its return
-    assert fleet.restarted == 1
-    out = fleet.generate(PROMPTS, SAMPLING, ALLOWED)  # both serve again, the same weights
-    assert {g.extra["server"] for g in out} == {s.url for s in fleet.servers}
-    assert [g.token_ids for g in out] == [g.token_ids for g in alone]
+    RESTARTED.update(old_pid=old_pid, alone=alone)
 
 
-def test_a_restart_that_fails_counts_and_names_the_server(fleet):
-    victim = fleet.servers[1]
-    cmd, victim.cmd = victim.cmd, [sys.executable, "-c", "raise SystemExit(3)"]
-    fleet.max_failures = 2
+def test_asynchronous_rollouts_on_the_fleet_keep_the_staleness_bound(tmp_path, monkeypatch):
+    """A real 3-iteration run on a launched server with ``rollout.staleness=1`` and partial
+    rollouts: the producer thread plays on the fleet while the learner trains, each new version
+    is pushed mid-call (keep mode) and every token trained by the learner at version ``v`` was
+    sampled by version ``v - 1`` or ``v``."""
+    import agentrl.configs
+    from hydra import compose, initialize_config_dir
+
+    from agentrl.config import load_config
+    from agentrl.recipe import build, train
+
+    monkeypatch.setenv("AGENTRL_CACHE_DIR", str(tmp_path / "cache"))
+    overrides = ["rollout=fleet", "rollout.fleet.servers=1", "trainer=smoke",
+                 "trainer.iterations=3", "trainer.lr=0.05", "trainer.checkpoint_every=0",
+                 "rollout.tasks_per_iter=2", "rollout.group_size=2", "rollout.staleness=1",
+                 "rollout.partial_rollouts=true", f"rollout.kv_cache_memory_bytes={KV_BYTES}",
+                 "rollout.max_num_seqs=16", "env.max_steps=3", "env.eval_episodes=2",
+                 "trainer.eval_initial=false", f"output_dir={tmp_path / 'run'}"]  # fmt: skip
+    with initialize_config_dir(config_dir=str(agentrl.configs.__path__[0]), version_base=None):
+        cfg = load_config(compose("train", overrides=overrides))
+    parts = build(cfg)
+    trained: list[tuple[int, list[int]]] = []
     try:
-        os.killpg(victim.proc.pid, signal.SIGKILL)
-        victim.proc.wait(timeout=30)
-        out = fleet.generate(PROMPTS, SAMPLING, ALLOWED)  # replayed on the other server
-        assert all(g.extra["server"] == fleet.servers[0].url for g in out)
-        deadline = time.monotonic() + 60
-        while victim.restarting and time.monotonic() < deadline:
-            time.sleep(0.2)
-        with pytest.raises(FleetError, match=f"{victim.url} failed 2 restarts in a row"):
-            fleet.generate(PROMPTS, SAMPLING, ALLOWED)
+        fleet = parts.backend
+        assert isinstance(fleet, FleetBackend) and fleet.keep_in_flight
+        pids = [fleet.servers[0].proc.pid]
+        pids += [c.pid for c in psutil.Process(pids[0]).children(recursive=True)]
+        update = parts.learner.update
+
+        def spy(seqs, *args, **kw):
+            trained.append((parts.learner.updates, [v for s in seqs for v in s.versions]))
+            return update(seqs, *args, **kw)
+
+        monkeypatch.setattr(parts.learner, "update", spy)
+        train(cfg, tmp_path / "run", parts)
+        assert fleet.version >= 3  # the start's weights and each update's, pushed as published
     finally:
-        victim.cmd, fleet.max_failures, fleet._fatal = cmd, 3, None
-
-
-def test_close_leaves_no_process(fleet):
-    pids = []
-    for s in fleet.servers:
-        if s.proc.poll() is None:
-            pids.append(s.proc.pid)
-            pids += [c.pid for c in psutil.Process(s.proc.pid).children(recursive=True)]
-    assert len(pids) >= 2  # the live server and its engine processes
-    fleet.close()
-    deadline = time.monotonic() + 10
+        parts.runner.close()
+    assert [v for v, _ in trained] == [0, 1, 2]
+    for v, versions in trained:
+        assert versions and all(v - 1 <= x <= v for x in versions), (v, sorted(set(versions)))
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline and any(_running(p) for p in pids):
         time.sleep(0.2)
     assert not [p for p in pids if _running(p)]
@@ -358,48 +367,50 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_asynchronous_rollouts_on_the_fleet_keep_the_staleness_bound(tmp_path, monkeypatch):
-    """A real 3-iteration run on a launched server with ``rollout.staleness=1`` and partial
-    rollouts: the producer thread plays on the fleet while the learner trains, each new version
-    is pushed mid-call (keep mode) and every token trained by the learner at version ``v`` was
-    sampled by version ``v - 1`` or ``v``."""
-    import agentrl.configs
-    from hydra import compose, initialize_config_dir
+def test_the_killed_server_is_back_with_the_fleets_weights(fleet):
+    """The server killed above was relaunched: a new process, the fleet's weights and version
+    pushed to it, back in the rotation."""
+    victim = fleet.servers[1]
+    deadline = time.monotonic() + 400
+    while not victim.alive and victim.restarting and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert victim.alive, victim.why_out
+    old_pid = RESTARTED["old_pid"]
+    assert victim.proc.pid != old_pid and not _running(old_pid)
+    assert victim.client.weight_version() == str(fleet.version)  # pushed on its return
+    assert fleet.restarted == 1
+    out = fleet.generate(PROMPTS, SAMPLING, ALLOWED)  # both serve again, the same weights
+    assert {g.extra["server"] for g in out} == {s.url for s in fleet.servers}
+    assert [g.token_ids for g in out] == [g.token_ids for g in RESTARTED["alone"]]
 
-    from agentrl.config import load_config
-    from agentrl.recipe import build, train
 
-    monkeypatch.setenv("AGENTRL_CACHE_DIR", str(tmp_path / "cache"))
-    overrides = ["rollout=fleet", "rollout.fleet.servers=1", "trainer=smoke",
-                 "trainer.iterations=3", "trainer.lr=0.05", "trainer.checkpoint_every=0",
-                 "rollout.tasks_per_iter=2", "rollout.group_size=2", "rollout.staleness=1",
-                 "rollout.partial_rollouts=true", f"rollout.kv_cache_memory_bytes={KV_BYTES}",
-                 "rollout.max_num_seqs=16", "env.max_steps=3", "env.eval_episodes=2",
-                 "trainer.eval_initial=false", f"output_dir={tmp_path / 'run'}"]  # fmt: skip
-    with initialize_config_dir(config_dir=str(agentrl.configs.__path__[0]), version_base=None):
-        cfg = load_config(compose("train", overrides=overrides))
-    parts = build(cfg)
-    trained: list[tuple[int, list[int]]] = []
+def test_a_restart_that_fails_counts_and_names_the_server(fleet):
+    victim = fleet.servers[1]
+    cmd, victim.cmd = victim.cmd, [sys.executable, "-c", "raise SystemExit(3)"]
+    fleet.max_failures = 2
     try:
-        fleet = parts.backend
-        assert isinstance(fleet, FleetBackend) and fleet.keep_in_flight
-        pids = [fleet.servers[0].proc.pid]
-        pids += [c.pid for c in psutil.Process(pids[0]).children(recursive=True)]
-        update = parts.learner.update
-
-        def spy(seqs, *args, **kw):
-            trained.append((parts.learner.updates, [v for s in seqs for v in s.versions]))
-            return update(seqs, *args, **kw)
-
-        monkeypatch.setattr(parts.learner, "update", spy)
-        train(cfg, tmp_path / "run", parts)
-        assert fleet.version >= 3  # the start's weights and each update's, pushed as published
+        os.killpg(victim.proc.pid, signal.SIGKILL)
+        victim.proc.wait(timeout=30)
+        out = fleet.generate(PROMPTS, SAMPLING, ALLOWED)  # replayed on the other server
+        assert all(g.extra["server"] == fleet.servers[0].url for g in out)
+        deadline = time.monotonic() + 60
+        while victim.restarting and time.monotonic() < deadline:
+            time.sleep(0.2)
+        with pytest.raises(FleetError, match=f"{victim.url} failed 2 restarts in a row"):
+            fleet.generate(PROMPTS, SAMPLING, ALLOWED)
     finally:
-        parts.runner.close()
-    assert [v for v, _ in trained] == [0, 1, 2]
-    for v, versions in trained:
-        assert versions and all(v - 1 <= x <= v for x in versions), (v, sorted(set(versions)))
-    deadline = time.monotonic() + 30
+        victim.cmd, fleet.max_failures, fleet._fatal = cmd, 3, None
+
+
+def test_close_leaves_no_process(fleet):
+    pids = []
+    for s in fleet.servers:
+        if s.proc.poll() is None:
+            pids.append(s.proc.pid)
+            pids += [c.pid for c in psutil.Process(s.proc.pid).children(recursive=True)]
+    assert len(pids) >= 2  # the live server and its engine processes
+    fleet.close()
+    deadline = time.monotonic() + 10
     while time.monotonic() < deadline and any(_running(p) for p in pids):
         time.sleep(0.2)
     assert not [p for p in pids if _running(p)]

@@ -72,6 +72,7 @@ from typing import Any
 
 import torch
 
+from .. import distributed as D
 from .base import BackendError, Generation, SamplingParams
 from .fleet_transfer import HTTPClient, TransferError, open_sender, send, state_source
 from .remote import quiet_http_logs
@@ -243,6 +244,8 @@ class FleetBackend:
             servers pause with vLLM's ``keep`` mode and resume them on the new weights, so a
             reply may span two versions (``extra["token_versions"]``); otherwise a sync waits
             for them to finish.
+        sender: this process pushes the weights (``False``: another torchrun rank does; a sync
+            here waits for the servers to hold the next version).
     """
 
     def __init__(
@@ -265,6 +268,7 @@ class FleetBackend:
         extra_args: Sequence[str] = (),
         probe_tolerance: float | None = None,
         keep_in_flight: bool = False,
+        sender: bool = True,
     ) -> None:
         self.model_path = str(model_path)
         self.max_failures = int(max_failures)
@@ -272,6 +276,7 @@ class FleetBackend:
         self.trainer_address = trainer_address
         self.request_timeout = float(request_timeout)
         self.keep_in_flight = bool(keep_in_flight)
+        self.sender = bool(sender)
         self.version = 0
         self._syncing = False  # a sync is under way (keep mode: servers may be one ahead)
         self.last_sync_seconds: float | None = None
@@ -309,7 +314,8 @@ class FleetBackend:
             if model is not None:
                 self._probe(model, probe_tolerance)
             for s in self.servers:  # version 0: the weights the servers start with
-                s.client.set_weight_version("0")
+                if self.sender:
+                    s.client.set_weight_version("0")
         except BaseException:
             self._keep_logs = True
             self.close()
@@ -322,11 +328,7 @@ class FleetBackend:
             raise ValueError("rollout=fleet needs a local model folder (model.name)")
         get = cfg.get if hasattr(cfg, "get") else lambda k, d=None: getattr(cfg, k, d)
         fleet = dict(get("fleet", None) or {})
-        return cls(
-            model_path,
-            model=model,
-            servers=int(fleet.get("servers", 2)),
-            urls=list(fleet.get("urls") or ()),
+        kw = dict(
             max_failures=int(fleet.get("max_failures", 3)),
             transfer=str(fleet.get("transfer", "auto")),
             trainer_address=str(fleet.get("trainer_address", "127.0.0.1")),
@@ -340,6 +342,38 @@ class FleetBackend:
             max_num_seqs=int(get("max_num_seqs", 256)),
             keep_in_flight=bool(get("partial_rollouts", False)),
         )
+        servers, urls = int(fleet.get("servers", 2)), list(fleet.get("urls") or ())
+        if not D.is_distributed():
+            return cls(model_path, model=model, servers=servers, urls=urls, **kw)
+        return cls._on_ranks(model_path, model, servers, urls, int(get("staleness", 0)), kw)
+
+    @classmethod
+    def _on_ranks(
+        cls, model_path: str, model: Any, servers: int, urls: list[str], staleness: int, kw: dict
+    ) -> FleetBackend:
+        """Under torchrun: rank 0 launches (or attaches to) the fleet and sends the weights;
+        the other ranks sample on the same servers (their urls from rank 0) and, at each sync,
+        wait for the servers to hold rank 0's new version (the learner's weights are the same
+        on every rank)."""
+        if staleness:
+            raise ValueError(
+                "rollout=fleet under torchrun needs rollout.staleness=0: each rank's producer "
+                "would move the shared servers to other versions at other times"
+            )
+        built, err = None, None
+        if D.rank() == 0:
+            try:
+                built = cls(model_path, model=model, servers=servers, urls=urls, **kw)
+            except Exception as exc:  # noqa: BLE001 - every rank raises it below
+                err = exc
+        shared = D.broadcast_object(
+            {"urls": [s.url for s in built.servers] if built else [], "error": str(err or "")}
+        )
+        if err is not None:
+            raise err
+        if shared["error"]:
+            raise FleetError(f"rank 0: {shared['error']}")
+        return built or cls(model_path, urls=shared["urls"], sender=False, **kw)
 
     # ---- start-up ------------------------------------------------------------------------
 
@@ -806,6 +840,9 @@ class FleetBackend:
         """The learner's weights into every live server through vLLM's weight-transfer API;
         the fleet's version goes up by one (the label every server reports)."""
         self._check_open()
+        if not self.sender:
+            self._await_version(self.version + 1)
+            return
         # every tensor travels, a tied LM head too: leaving it out (it shares the embedding's
         # storage) left the servers sampling with the old embedding (the parity test caught it)
         with self._sync_lock:  # a restarting server pushes after (or before) this sync
@@ -830,6 +867,29 @@ class FleetBackend:
         self.last_sync_seconds = time.perf_counter() - t0
         self.last_sync_bytes = sum(int(v.numel() * v.element_size())
                                    for v in self._source.state.values())  # fmt: skip
+
+    def _await_version(self, version: int) -> None:
+        """Not the sender: wait (``request_timeout`` at most) until every live server holds
+        ``version``, which the sender's sync labels it with."""
+        t0 = time.perf_counter()
+        deadline = time.monotonic() + self.request_timeout
+        for s in [s for s in self.servers if s.alive]:
+            while True:
+                try:
+                    have = s.client.weight_version(timeout=10)
+                except TransferError as exc:
+                    self._on_failure(s, str(exc))
+                    break
+                if have == str(version):
+                    break
+                if not have.isdigit() or int(have) > version or time.monotonic() > deadline:
+                    raise FleetError(
+                        f"fleet server {s.url} holds weight version {have!r} while this rank "
+                        f"waits for {version} from rank 0's sync"
+                    )
+                time.sleep(0.05)
+        self.version = version
+        self.last_sync_seconds, self.last_sync_bytes = time.perf_counter() - t0, None
 
     def _sync(self, s: Server, version: int) -> str | None:
         try:
