@@ -356,7 +356,7 @@ class FleetBackend:
         wait for the servers to hold rank 0's new version (the learner's weights are the same
         on every rank)."""
         if staleness:
-            raise ValueError(
+            raise FleetError(
                 "rollout=fleet under torchrun needs rollout.staleness=0: each rank's producer "
                 "would move the shared servers to other versions at other times"
             )
