@@ -431,7 +431,9 @@ class FleetConfig:
         factory=list,
     )
     max_failures: int = opt(
-        3, "a server failing this many calls in a row stops the run (one line naming it)", num(1)
+        3,
+        "a server failing this many calls (or restarts) in a row stops the run (one line naming it)",
+        num(1),
     )
     transfer: str = opt(
         "auto",
@@ -443,7 +445,7 @@ class FleetConfig:
     )
     request_timeout: float = opt(
         300.0,
-        "seconds a request may take before its server counts as hung (replayed elsewhere)",
+        "seconds a request may take before its server counts as hung (aborted there, replayed elsewhere)",
         POSITIVE,
     )
     startup_timeout: float = opt(900.0, "seconds a launched server may take to start", POSITIVE)

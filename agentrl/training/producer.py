@@ -307,6 +307,9 @@ class _VersionedBackend:
     ) -> list[Generation]:
         self.producer._between_calls()
         gens = self.backend.generate(prompts, sampling, allowed)
+        if self.producer.in_flight:  # the engine's own per-token labels, as learner versions
+            self.producer._relabel(gens)
+            return gens
         v = self.producer.engine_version
         for g in gens:
             g.extra["policy_version"] = v
@@ -346,6 +349,11 @@ class Producer:
         self.cfg, self.train_ids, self.learner = cfg, train_ids, learner
         self.k, self.partial = int(r.staleness), bool(r.partial_rollouts)
         self.backend, self.engine_model = backend, engine_model
+        # an engine whose syncs keep requests in flight (a fleet in keep mode): the learner's
+        # thread pushes each version at once, mid-call, and replies label their tokens
+        self.in_flight = self.partial and bool(getattr(backend, "keep_in_flight", False))
+        self._apply_lock = threading.Lock()  # one load at a time (learner or producer thread)
+        self._labels: dict[int, int] = {}  # in flight: the engine's version label -> version
         self.runner = copy.copy(runner)  # the same pool, prompt and format; a versioned engine
         self.runner.backend = _VersionedBackend(backend, self)
         self._play = play or self._play_batch
@@ -406,6 +414,8 @@ class Producer:
                 for v in [v for v in self.weights if v < version]:
                     del self.weights[v]
             self.cond.notify_all()
+        if self.in_flight and self._thread is not None:  # into the engine now, mid-call
+            self._apply(version)
         return {}
 
     def take(self, it: int) -> tuple[list[EpisodeResult], dict[str, float], RolloutStats]:
@@ -547,14 +557,31 @@ class Producer:
     def _apply(self, version: int) -> None:
         """Load published ``version`` into the engine (no-op when it holds it already); with
         partial rollouts always the newest (publishing drops the older ones)."""
-        with self.cond:
-            if self.partial:
-                version = self.latest
-            if version == self.engine_version:
-                return
-            weights = self.weights[version]
-        self._load(weights)
-        self.engine_version = version
+        with self._apply_lock:
+            with self.cond:
+                if self.partial:
+                    version = self.latest
+                if version == self.engine_version:
+                    return
+                weights = self.weights[version]
+            self._load(weights)
+            self.engine_version = version
+            if self.in_flight:
+                self._labels[int(self.backend.version)] = version
+
+    def _relabel(self, gens: list[Generation]) -> None:
+        """In flight: each token's engine label as the learner's version; a generation's
+        version is its oldest token's (what the staleness bound reads)."""
+        with self._apply_lock:  # a sync under way has recorded its label once it returns
+            for g in gens:
+                labels = g.extra.get("token_versions") or [g.extra.get("policy_version", -1)]
+                try:
+                    versions = [self._labels[int(v)] for v in labels]
+                except KeyError as exc:
+                    raise ProducerError(f"the engine sampled with weights labelled {exc}, "
+                                        "which this producer never loaded") from None  # fmt: skip
+                g.extra["token_versions"] = versions
+                g.extra["policy_version"] = min(versions)
 
     def _load_weights(self, weights: dict) -> None:
         load_snapshot(self.engine_model, weights)
