@@ -138,6 +138,20 @@ def some_iterations(v: Any) -> str | None:
     return num(1)(v)
 
 
+def opponent_weights(v: Any) -> str | None:
+    """``rollout.opponents``: opponent names (``self``, ``pool``, a bot of the env) to weights."""
+    if not isinstance(v, dict):
+        return f"must map opponents to weights, e.g. {{self: 0.5, pool: 0.5}}, got {v!r}"
+    for key, w in v.items():
+        if not isinstance(key, str) or not key.strip():
+            return f"has the opponent {key!r}: use self, pool or a bot of the env (random, mcts:N)"
+        if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w < 0:
+            return f"weight of {key!r} must be a finite number >= 0, got {w!r}"
+    if v and not sum(float(w) for w in v.values()) > 0:
+        return f"weights must not all be 0, got {v}"
+    return None
+
+
 # -- the groups ----------------------------------------------------------------------------------
 @dataclass
 class RayConfig:
@@ -417,7 +431,9 @@ class FleetConfig:
         factory=list,
     )
     max_failures: int = opt(
-        3, "a server failing this many calls in a row stops the run (one line naming it)", num(1)
+        3,
+        "a server failing this many calls (or restarts) in a row stops the run (one line naming it)",
+        num(1),
     )
     transfer: str = opt(
         "auto",
@@ -429,13 +445,29 @@ class FleetConfig:
     )
     request_timeout: float = opt(
         300.0,
-        "seconds a request may take before its server counts as hung (replayed elsewhere)",
+        "seconds a request may take before its server counts as hung (aborted there, replayed elsewhere)",
         POSITIVE,
     )
     startup_timeout: float = opt(900.0, "seconds a launched server may take to start", POSITIVE)
     concurrency: int = opt(64, "requests in flight at once over the whole fleet", num(1))
     extra_args: list[str] = opt(
         help="extra arguments of every launched server's vLLM command", factory=list
+    )
+
+
+@dataclass
+class OpponentPoolConfig:
+    """Frozen earlier policies as opponents (`pool` in rollout.opponents; docs/envs/multi-agent.md)."""
+
+    every: int = opt(
+        5,
+        "snapshot the policy every this many iterations (version 0, the initial policy, included)",
+        num(1),
+    )
+    size: int = opt(
+        4,
+        "newest snapshots a game draws its opponent from (held in memory: trainable tensors only, plus one frozen copy of the model)",
+        num(1),
     )
 
 
@@ -491,6 +523,15 @@ class RolloutConfig:
     partial_rollouts: bool = opt(
         False,
         "staleness >= 1: episodes pick up new weights at their next step (false: each iteration's groups sampled wholly with the weights staleness versions back, deterministic)",
+    )
+    opponents: Any = opt(  # any value reaches the check, which names what is wrong
+        None,
+        "multi-agent envs: who plays the other seats of each training game, drawn per game with these weights, e.g. {self: 0.5, pool: 0.3, random: 0.1, mcts\\:10: 0.1}: self (the policy: self-play), pool (a frozen earlier policy, rollout.opponent_pool) or a bot of the env (random, mcts:N); null: the env's own (env.kwargs.opponent)",
+        optional(opponent_weights),
+    )
+    opponent_pool: OpponentPoolConfig = opt(
+        help="the pool of frozen earlier policies (rollout.opponents' pool)",
+        factory=OpponentPoolConfig,
     )
     max_batch_size: int = opt(256, "hf: requests per forward pass", num(1))
     max_batch_tokens: int | None = opt(

@@ -113,6 +113,9 @@ class EpisodeResult:
     agent_return: dict[str, float] = field(default_factory=dict)
     seats: list[str] = field(default_factory=list)
     agent: str | None = None
+    # Agents a frozen opponent played (rollout.opponents' pool): their steps are recorded but
+    # never trained, ``seats`` leaves them out, and ``won``/``score`` are the learner's seat's.
+    frozen: list[str] = field(default_factory=list)
     # rewards that reached an agent before its first move, added to that move when it comes
     pending_rewards: dict[str, float] = field(default_factory=dict, repr=False)
 
@@ -331,7 +334,9 @@ def _record(ep: Episode, move: Move, res: StepResult, max_steps: int | None) -> 
         r.agent_won = {str(a): bool(v) for a, v in info["agent_won"].items()}
         r.agent_score = {str(a): float(v) for a, v in info.get("agent_score", {}).items()}
         r.agent_return = {str(a): float(v) for a, v in info.get("returns", {}).items()}
-        r.seats = [str(a) for a in info.get("seats", ())]
+        r.seats = [str(a) for a in info.get("seats", ()) if a not in r.frozen]
+        if r.frozen and r.seats:  # the learner's seat's outcome, not the env's first seat's
+            r.won, r.score = r.agent_won.get(r.seats[0], False), r.agent_score.get(r.seats[0], 0.0)
     if "error" in info:  # the pool cut the episode (its env raised, its worker died or hung)
         r.error = str(info["error"])
         r.fault = str(info.get("error_kind", "exception"))
@@ -364,13 +369,15 @@ def agent_views(episodes: Sequence[EpisodeResult]) -> list[EpisodeResult]:
     """One trajectory per agent: a multi-agent episode becomes one result per agent that acted
     (its own steps, its own outcome), with ids that keep roles apart: group ``g`` becomes
     ``g * AGENT_STRIDE + seat`` (group baselines within a role) and trajectory ``k`` becomes
-    ``k * AGENT_STRIDE + seat``. Single-agent episodes pass unchanged."""
+    ``k * AGENT_STRIDE + seat``. Agents a frozen opponent played (``ep.frozen``) get no view:
+    only the learner's seats are trained. Single-agent episodes pass unchanged."""
     out: list[EpisodeResult] = []
     for ep in episodes:
         agents = list(dict.fromkeys(s.agent for s in ep.steps if s.agent is not None))
         if not agents or ep.agent is not None:
             out.append(ep)
             continue
+        agents = [a for a in agents if a not in ep.frozen]
         order = {a: i for i, a in enumerate(ep.agent_won or agents)}
         for a in sorted(agents, key=lambda a: order.get(a, len(order))):
             seat = order.get(a, len(order))
@@ -395,6 +402,7 @@ def agent_views(episodes: Sequence[EpisodeResult]) -> list[EpisodeResult]:
                 agent_return=ep.agent_return,
                 seats=ep.seats,
                 agent=a,
+                frozen=ep.frozen,
             )
             out.append(view)
     return out

@@ -9,7 +9,9 @@ Tasks: ``tasks`` is a JSON-lines file (default: a built-in list of lookup questi
 line: ``id`` (required, unique), optional
 ``category``, and anything the program needs. ``eval_tasks`` (optional) holds the held-out tasks
 (split ``test``); without it ``test`` lists the same tasks as ``train``. Or ``env`` names an
-agentrl env whose task ids are the tasks (its ``train`` and ``test`` splits). ``reset`` returns the task as its JSON text (the
+agentrl env whose task ids are the tasks (its ``train`` and ``test`` splits; a seeded reset
+without a task id draws the task as that env's own seeded reset does, so ``env.train_tasks=seeds``
+plays the questions the env itself would). ``reset`` returns the task as its JSON text (the
 observation), with the program's settings in ``info["agent_program"]``; ``step`` ends the
 episode (a program reports its reward through the gateway, not through this env).
 """
@@ -136,6 +138,11 @@ class AgentTasksEnv(TextEnv):
             if not found:
                 raise ValueError(f"Agent-v0: no task {tid!r}")
             self.task = found[0]
+        elif self.inner is not None:  # the inner env's own seeded draw (env.train_tasks=seeds)
+            _, first = self.inner.reset(seed=seed)
+            spec = {k: v for k, v in self.splits["train"][0].items() if k != "id"}
+            self.task = {"id": str(first["task_id"]), **spec,
+                         "category": str(first.get("category", ""))}  # fmt: skip
         else:
             train = self.splits["train"]
             self.task = train[int(self.np_random.integers(len(train)))]

@@ -12,7 +12,8 @@ An env that can be driven by tool calls declares, in its **reset info**:
 
 The env keeps its text actions: a tool call is turned into the command (:func:`call_to_action`)
 before ``step``, so one env trains in either action format, and its ``admissible_actions`` map
-back to calls (:func:`action_to_call`) for constrained decoding and the expert. :func:`tool` and
+back to calls (:func:`action_to_call`) for constrained decoding and the expert, or narrow the
+declaration to them as strict functions (:func:`admissible_tools`) for an agent program. :func:`tool` and
 :func:`tool_info` write a declaration in a few lines; :func:`tools_problem` checks one (the env
 contract's ``tools`` rule). Arguments are strings, integers, numbers or booleans, optionally with
 an ``enum``. This module imports nothing from agentrl.
@@ -31,6 +32,7 @@ __all__ = [
     "TOOLS_KEY",
     "TOOL_ACTIONS_KEY",
     "action_to_call",
+    "admissible_tools",
     "call_problem",
     "call_to_action",
     "fresh",
@@ -249,3 +251,39 @@ def action_to_call(
         if (actions or {}).get(name) is None and call_problem(tools, name, args) is None:
             return name, dict(args)
     return None
+
+
+def admissible_tools(
+    tools: Sequence[Mapping[str, Any]],
+    actions: Mapping[str, str] | None,
+    admissible: Sequence[str],
+) -> list[dict[str, Any]]:
+    """``tools`` narrowed to the calls that write ``admissible`` actions, as OpenAI strict
+    functions: each argument an ``enum`` of the values those calls give it (for a tool of several
+    arguments, any combination of them), a tool no admissible action calls left out. Offered with
+    ``tool_choice="required"``, an endpoint that enforces strict schemas (agentrl's gateway)
+    samples only admissible calls, as in-process constrained decoding does. Empty when no
+    declared tool writes any of the actions."""
+    values: dict[str, dict[str, list[Any]]] = {}
+    for action in admissible:
+        call = action_to_call(action, tools, actions)
+        if call is None:
+            continue
+        per_arg = values.setdefault(call[0], {})
+        for k, v in call[1].items():
+            if v not in per_arg.setdefault(k, []):
+                per_arg[k].append(v)
+    out = []
+    for t in tools:
+        fn = _function(t) or {}
+        if fn.get("name") not in values:
+            continue
+        narrowed = copy.deepcopy(dict(t))
+        f = narrowed["function"] = dict(narrowed["function"])
+        params = f.setdefault("parameters", {"type": "object", "properties": {}})
+        for k, options in values[fn["name"]].items():
+            params["properties"][k] = {**params["properties"][k], "enum": options}
+        params["required"], params["additionalProperties"] = list(params["properties"]), False
+        f["strict"] = True
+        out.append(narrowed)
+    return out

@@ -359,7 +359,10 @@ def main() -> int:
         report = evaluate_run(args.evaluate_run, args.game, args.games, args.opponents)
         (args.evaluate_run / "games_eval.json").write_text(json.dumps(report, indent=1))
         return 0
-    seeds = parse_seeds(args.seeds)
+    try:
+        seeds = parse_seeds(args.seeds)
+    except ValueError as exc:
+        ap.error(str(exc))
     out = args.out or ROOT / "runs" / f"games_{args.game}"
     out.mkdir(parents=True, exist_ok=True)
     print(

@@ -2,6 +2,7 @@
 
     python scripts/bench_gateway.py                      # both parts below
     python scripts/bench_gateway.py --only overhead --calls 200
+    python scripts/bench_gateway.py --only work --calls 400
     python scripts/bench_gateway.py --only concurrency --sessions 1 16 64
 
 - overhead: the same request, alternated: a direct ``HFBackend.generate`` of the prompt ids
@@ -13,6 +14,10 @@
 - the gateway alone: the same POSTs with a backend that samples nothing (it returns four fixed
   tokens at once): the HTTP round trip and the gateway's own work, client included, without the
   thread hand-offs competing with a running engine.
+- work: the gateway's own work per call in process (``Gateway.complete``: the request's checks,
+  the prompt, the engine queue and thread, the reply, the record), no HTTP, with that engine,
+  on growing 4-call dialogues; and the chat-template rendering it memoises, afresh against
+  memoised (the ratio in one process).
 - concurrency: N sessions, each a thread with its own HTTP client making ``--per-session`` calls
   of a growing dialogue, spread over ``--procs`` client processes (so the clients do not share
   the server's interpreter); calls/s over the whole run, against the engine's own calls/s when it is
@@ -22,6 +27,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import statistics
 import subprocess
@@ -92,12 +98,58 @@ def alone(tok, calls: int) -> None:
         with httpx.Client(base_url=gw.base_url, headers={"Authorization": "Bearer b"}) as http:
             ts = []
             for i in range(calls + 10):
+                if i == 10:
+                    cpu0 = time.process_time()
                 t0 = time.perf_counter()
                 http.post("/chat/completions", json=body).raise_for_status()
                 if i >= 10:
                     ts.append(time.perf_counter() - t0)
+            cpu = (time.process_time() - cpu0) / calls
     print(f"the gateway alone (an engine that answers at once; {calls} calls): round trip "
-          f"median {np.median(ts) * 1e3:.2f} ms, p99 {np.percentile(ts, 99) * 1e3:.2f} ms")  # fmt: skip
+          f"median {np.median(ts) * 1e3:.2f} ms, p99 {np.percentile(ts, 99) * 1e3:.2f} ms; "
+          f"CPU per call (client and gateway, one process) {cpu * 1e3:.2f} ms")  # fmt: skip
+
+
+def work(tok, calls: int) -> None:
+    """The gateway's own work per call in process, without HTTP: ``Gateway.complete`` with an
+    engine that answers at once, on a 4-call dialogue that grows (the agent loop's pattern);
+    and the prompt rendering it memoises, afresh against memoised, in the same process."""
+    gw = Gateway(Instant(tok.eos_token_id), tok)
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {
+        "type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}}}]  # fmt: skip
+    loop = asyncio.new_event_loop()
+
+    async def episode(k: int) -> None:
+        session = gw.sessions.get(f"work-{k}", create=True)
+        msgs = list(MSGS)
+        for _ in range(4):
+            rec = await gw.complete(session, parse_request({"messages": msgs, "tools": tools}))
+            msgs += [rec.reply.message(), {"role": "user", "content": "go on"}]
+
+    try:
+        loop.run_until_complete(episode(-1))
+        t0, c0 = time.perf_counter(), time.process_time()
+        for k in range(calls // 4):
+            loop.run_until_complete(episode(k))
+        wall, cpu = (time.perf_counter() - t0) / calls, (time.process_time() - c0) / calls
+        req = parse_request({"messages": MSGS, "tools": tools})
+        r = gw.renderer
+        n = 500
+        t0 = time.perf_counter()
+        for _ in range(n):
+            r.ids(r._render([m.template(r.syntax) for m in req.messages], req.tools))
+        fresh = (time.perf_counter() - t0) / n
+        t0 = time.perf_counter()
+        for _ in range(n):
+            r.full(req.messages, req.tools, req.tools_key)
+        memo = (time.perf_counter() - t0) / n
+    finally:
+        loop.close()
+        gw.close()
+    print(f"the gateway's own work ({calls} calls in 4-call dialogues, no HTTP, an engine that "
+          f"answers at once): {wall * 1e3:.3f} ms a call ({cpu * 1e3:.3f} ms CPU); the prompt "
+          f"rendered afresh {fresh * 1e3:.3f} ms, memoised {memo * 1e3:.3f} ms "
+          f"({fresh / memo:.0f}x)")  # fmt: skip
 
 
 def _messages():
@@ -161,7 +213,7 @@ def concurrency(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--only", choices=["overhead", "concurrency"], default=None)
+    ap.add_argument("--only", choices=["overhead", "work", "concurrency"], default=None)
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--tokens", type=int, default=8)
     ap.add_argument("--sessions", type=int, nargs="+", default=[1, 16, 64])
@@ -178,6 +230,8 @@ def main() -> None:
         if args.only in (None, "overhead"):
             overhead(gw, backend, tok, args.calls, args.tokens)
             alone(tok, args.calls)
+        if args.only in (None, "work"):
+            work(tok, args.calls)
         if args.only in (None, "concurrency"):
             concurrency(gw, backend, args.sessions, args.per_session, args.tokens, args.procs)
 

@@ -6,9 +6,13 @@ within float noise, before and after a weight sync through vLLM's weight-transfe
 gloo engine, loaded into the servers as a vLLM plugin); the version every server and every
 generation reports; a LoRA run's syncs (the adapter alone, merged by the servers); one
 conversation on one server, other requests spread; a server with other weights refused (another
-model at attach, another version label before a call); a hung server's requests replayed
-elsewhere and ``max_failures`` naming it; a killed server's requests replayed with the same seeds
-(same results); no process left after close (psutil).
+model at attach, another version label before a call); a hung server's requests aborted there
+and replayed elsewhere, ``max_failures`` naming it; a killed server's requests replayed with the
+same seeds (same results) while it is relaunched with the fleet's weights; a sync in keep mode
+carrying long requests over (partial rollouts); no process left after close (psutil). One test
+runs a 3-iteration training run on its own launched server (asynchronous rollouts with partial
+rollouts: the staleness bound over the fleet) while the killed server restarts; the restart is
+checked in the tests at the end.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ KV_BYTES = 32 << 20
 PROMPTS = [[5, 6, 7, 8], [9, 10, 11], [12, 13, 14, 15, 16], [17, 18], [19, 20, 21], [22, 23, 24]]
 ALLOWED = [None, [[40, 41, 2], [42, 2], [40, 43, 44, 2]], None, [[50, 2], [51, 52, 2]], None, None]
 SAMPLING = SamplingParams(max_new_tokens=12, temperature=1.0, seed=11, stop_token_ids=(2,))
+RESTARTED: dict = {}  # the killed server's old pid and what the other server sampled meanwhile
 
 if not any(e.name == "agentrl_gloo" for e in entry_points(group="vllm.general_plugins")):
     pytest.fail(  # the servers could not load the transfer engine: the package is not installed
@@ -118,6 +123,44 @@ def test_weight_sync_parity_and_versions(fleet, engine):
     for p, g, a in zip(PROMPTS, out, ALLOWED, strict=True):
         ref = hf_logprobs(new, p, g.token_ids, allowed=a)
         assert max(abs(x - y) for x, y in zip(g.logprobs, ref, strict=True)) < 1e-4
+
+
+def test_a_sync_in_keep_mode_carries_requests_over(fleet):
+    """rollout.partial_rollouts: a sync while long requests run pauses the servers with vLLM's
+    keep mode, so the requests go on with the new weights: none is aborted (each runs to its
+    token cap), each token records the version that sampled it, those before the switch are
+    the old weights' log-probs and those after the new weights' (over the whole context: the
+    old cache is dropped)."""
+    old, new = build_tiny_model(None, seed=1).model, build_tiny_model(None, seed=4).model
+    assert fleet.version == 1  # the weights of the test above: the seed-1 model's
+    prompts = [[5, 6, 7, 8], [9, 10, 11]]
+    long = SamplingParams(max_new_tokens=240, temperature=1.0, seed=5)
+    fleet.keep_in_flight = True
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            call = pool.submit(fleet.generate, prompts, long)
+            deadline = time.monotonic() + 60
+            while not any(s.outstanding for s in fleet.servers) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.2)  # a few tokens in
+            fleet.update_weights(new.state_dict())
+            out = call.result(timeout=300)
+    finally:
+        fleet.keep_in_flight = False
+    assert fleet.version == 2
+    switched = 0
+    for p, g in zip(prompts, out, strict=True):
+        assert len(g.token_ids) == 240 and g.finish_reason == "length"  # not aborted
+        v = g.extra["token_versions"]
+        assert len(v) == 240 and v == sorted(v) and set(v) <= {1, 2}
+        assert g.extra["policy_version"] == v[0]
+        k = v.count(1)  # the tokens sampled before the sync
+        switched += 0 < k < 240
+        before = hf_logprobs(old, p, g.token_ids[:k]) if k else []
+        after = hf_logprobs(new, p + g.token_ids[:k], g.token_ids[k:]) if k < 240 else []
+        assert max(abs(x - y) for x, y in zip(g.logprobs, before + after, strict=True)) < 1e-3
+    assert switched, "no request was in flight at the sync"
+    assert fleet.generate(PROMPTS[:1], SAMPLING)[0].extra["policy_version"] == 2
 
 
 def test_a_lora_sync_sends_the_adapter_only(fleet):
@@ -194,7 +237,7 @@ def test_a_server_with_other_weights_is_refused(fleet, tiny):
 
 def test_a_hung_server_is_replayed_then_named(fleet):
     reference = fleet.generate(PROMPTS, SAMPLING, ALLOWED)
-    hung = fleet.servers[1]
+    hung, replayed = fleet.servers[1], fleet.replayed
     engines = psutil.Process(hung.proc.pid).children(recursive=True)
     for p in engines:  # its engine stops: the API server accepts requests that never finish
         p.suspend()
@@ -204,6 +247,8 @@ def test_a_hung_server_is_replayed_then_named(fleet):
         assert [g.token_ids for g in out] == [g.token_ids for g in reference]
         assert {g.extra["server"] for g in out} == {fleet.servers[0].url}
         assert hung.alive  # it still answers /health: kept, and counted
+        # each of its timed-out requests was aborted there before its replay
+        assert hung.aborted == fleet.replayed - replayed > 0
         with pytest.raises(FleetError, match=f"{hung.url} failed 2 calls in a row"):
             fleet.generate(PROMPTS, SAMPLING, ALLOWED)
     finally:
@@ -211,13 +256,19 @@ def test_a_hung_server_is_replayed_then_named(fleet):
         for p in engines:
             p.resume()
         hung.failures = 0
+    # back from the hang, the server computes none of them: it tracks no request (vLLM's
+    # abort-all answers with the count it tracks) and its engine is idle
+    time.sleep(1.0)
+    tracked = hung.client._call("POST", "/abort_requests", {"request_ids": []})
+    assert tracked["aborted"] == 0, tracked
 
 
 def test_a_killed_server_costs_only_its_requests(fleet):
     reference = fleet.generate(PROMPTS, SAMPLING, ALLOWED)
     assert len({g.extra["server"] for g in reference}) == 2
     victim = fleet.servers[1]
-    for p in psutil.Process(victim.proc.pid).children(recursive=True):
+    old_pid = victim.proc.pid
+    for p in psutil.Process(old_pid).children(recursive=True):
         p.suspend()  # its requests wait there, in flight, until it dies
     replayed = fleet.replayed
     with ThreadPoolExecutor(1) as pool:
@@ -233,19 +284,56 @@ def test_a_killed_server_costs_only_its_requests(fleet):
     for a, b in zip(out, reference, strict=True):
         assert max((abs(x - y) for x, y in zip(a.logprobs, b.logprobs)), default=0) < 1e-4
     assert not victim.alive and all(g.extra["server"] == fleet.servers[0].url for g in out)
-    fleet.update_weights(build_tiny_model(None, seed=1).model.state_dict())  # the rest syncs
-    assert fleet.generate(PROMPTS[:1], SAMPLING)[0].extra["policy_version"] == fleet.version
+    assert victim.restarting  # launched here: it comes back (checked after the next test,
+    # whose own server starts meanwhile)
+    fleet.update_weights(build_tiny_model(None, seed=3).model.state_dict())  # the rest syncs
+    alone = fleet.generate(PROMPTS, SAMPLING, ALLOWED)  # on the live server only
+    assert {g.extra["policy_version"] for g in alone} == {fleet.version}
+    RESTARTED.update(old_pid=old_pid, alone=alone)
 
 
-def test_close_leaves_no_process(fleet):
-    pids = []
-    for s in fleet.servers:
-        if s.proc.poll() is None:
-            pids.append(s.proc.pid)
-            pids += [c.pid for c in psutil.Process(s.proc.pid).children(recursive=True)]
-    assert len(pids) >= 2  # the live server and its engine processes
-    fleet.close()
-    deadline = time.monotonic() + 10
+def test_asynchronous_rollouts_on_the_fleet_keep_the_staleness_bound(tmp_path, monkeypatch):
+    """A real 3-iteration run on a launched server with ``rollout.staleness=1`` and partial
+    rollouts: the producer thread plays on the fleet while the learner trains, each new version
+    is pushed mid-call (keep mode) and every token trained by the learner at version ``v`` was
+    sampled by version ``v - 1`` or ``v``."""
+    import agentrl.configs
+    from hydra import compose, initialize_config_dir
+
+    from agentrl.config import load_config
+    from agentrl.recipe import build, train
+
+    monkeypatch.setenv("AGENTRL_CACHE_DIR", str(tmp_path / "cache"))
+    overrides = ["rollout=fleet", "rollout.fleet.servers=1", "trainer=smoke",
+                 "trainer.iterations=3", "trainer.lr=0.05", "trainer.checkpoint_every=0",
+                 "rollout.tasks_per_iter=2", "rollout.group_size=2", "rollout.staleness=1",
+                 "rollout.partial_rollouts=true", f"rollout.kv_cache_memory_bytes={KV_BYTES}",
+                 "rollout.max_num_seqs=16", "env.max_steps=3", "env.eval_episodes=2",
+                 "trainer.eval_initial=false", f"output_dir={tmp_path / 'run'}"]  # fmt: skip
+    with initialize_config_dir(config_dir=str(agentrl.configs.__path__[0]), version_base=None):
+        cfg = load_config(compose("train", overrides=overrides))
+    parts = build(cfg)
+    trained: list[tuple[int, list[int]]] = []
+    try:
+        fleet = parts.backend
+        assert isinstance(fleet, FleetBackend) and fleet.keep_in_flight
+        pids = [fleet.servers[0].proc.pid]
+        pids += [c.pid for c in psutil.Process(pids[0]).children(recursive=True)]
+        update = parts.learner.update
+
+        def spy(seqs, *args, **kw):
+            trained.append((parts.learner.updates, [v for s in seqs for v in s.versions]))
+            return update(seqs, *args, **kw)
+
+        monkeypatch.setattr(parts.learner, "update", spy)
+        train(cfg, tmp_path / "run", parts)
+        assert fleet.version >= 3  # the start's weights and each update's, pushed as published
+    finally:
+        parts.runner.close()
+    assert [v for v, _ in trained] == [0, 1, 2]
+    for v, versions in trained:
+        assert versions and all(v - 1 <= x <= v for x in versions), (v, sorted(set(versions)))
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline and any(_running(p) for p in pids):
         time.sleep(0.2)
     assert not [p for p in pids if _running(p)]
@@ -325,3 +413,52 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_the_killed_server_is_back_with_the_fleets_weights(fleet):
+    """The server killed above was relaunched: a new process, the fleet's weights and version
+    pushed to it, back in the rotation."""
+    victim = fleet.servers[1]
+    deadline = time.monotonic() + 400
+    while not victim.alive and victim.restarting and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert victim.alive, victim.why_out
+    old_pid = RESTARTED["old_pid"]
+    assert victim.proc.pid != old_pid and not _running(old_pid)
+    assert victim.client.weight_version() == str(fleet.version)  # pushed on its return
+    assert fleet.restarted == 1
+    out = fleet.generate(PROMPTS, SAMPLING, ALLOWED)  # both serve again, the same weights
+    assert {g.extra["server"] for g in out} == {s.url for s in fleet.servers}
+    assert [g.token_ids for g in out] == [g.token_ids for g in RESTARTED["alone"]]
+
+
+def test_a_restart_that_fails_counts_and_names_the_server(fleet):
+    victim = fleet.servers[1]
+    cmd, victim.cmd = victim.cmd, [sys.executable, "-c", "raise SystemExit(3)"]
+    fleet.max_failures = 2
+    try:
+        os.killpg(victim.proc.pid, signal.SIGKILL)
+        victim.proc.wait(timeout=30)
+        out = fleet.generate(PROMPTS, SAMPLING, ALLOWED)  # replayed on the other server
+        assert all(g.extra["server"] == fleet.servers[0].url for g in out)
+        deadline = time.monotonic() + 60
+        while victim.restarting and time.monotonic() < deadline:
+            time.sleep(0.2)
+        with pytest.raises(FleetError, match=f"{victim.url} failed 2 restarts in a row"):
+            fleet.generate(PROMPTS, SAMPLING, ALLOWED)
+    finally:
+        victim.cmd, fleet.max_failures, fleet._fatal = cmd, 3, None
+
+
+def test_close_leaves_no_process(fleet):
+    pids = []
+    for s in fleet.servers:
+        if s.proc.poll() is None:
+            pids.append(s.proc.pid)
+            pids += [c.pid for c in psutil.Process(s.proc.pid).children(recursive=True)]
+    assert len(pids) >= 2  # the live server and its engine processes
+    fleet.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_running(p) for p in pids):
+        time.sleep(0.2)
+    assert not [p for p in pids if _running(p)]

@@ -17,12 +17,15 @@ import torch
 from gateway_agent import TOOLS  # the agent program's own tool, one definition
 from hydra import compose, initialize_config_module
 
+from agentrl import envs
 from agentrl.backends.base import SamplingParams
 from agentrl.backends.hf import HFBackend
 from agentrl.config import load_config
 from agentrl.episodes import RolloutStats
 from agentrl.gateway import Gateway
 from agentrl.gateway.runner import AgentRunner, load_agent
+from agentrl.learner.forward import response_forward
+from agentrl.learner.sequences import StepSequence, collate
 from agentrl.models import load_model
 from agentrl.pool import EnvSpec, ResetSpec, make_pool
 from agentrl.recipe import train
@@ -200,6 +203,69 @@ def test_a_malformed_call_is_text_with_its_reason_recorded(forced):
     assert "unknown tool" in gw.sessions.get("malformed").calls[0].reply.parse_error
 
 
+STRICT = [
+    {"type": "function", "function": {
+        "name": "search", "strict": True,
+        "parameters": {"type": "object", "properties": {"query": {"type": "string",
+                       "enum": ["N", "friend of N", "Q"]}},
+                       "required": ["query"], "additionalProperties": False}}},
+    {"type": "function", "function": {
+        "name": "answer", "strict": True,
+        "parameters": {"type": "object", "properties": {"text": {"type": "string", "enum": ["Q"]},
+                                                        "sure": {"type": "boolean"}},
+                       "required": ["text", "sure"], "additionalProperties": False}}},
+]  # fmt: skip
+
+
+def test_required_tool_choice_over_enums_samples_a_valid_call_the_learner_scores_alike(
+    gateway, tiny
+):
+    """tool_choice="required" over finite schemas is enforced as OpenAI's strict functions are:
+    the untrained model's every reply is a valid call, a named function gives that function,
+    and the recorded step (its allowed token sets, its renormalised log-probs) is what the
+    learner scores: the same log-probs within 1e-4."""
+    model, tok = tiny
+    c = client(gateway, "strict")
+    msgs = [{"role": "user", "content": "Who is the friend of N?"}]
+    allowed = {("search", json.dumps({"query": q})) for q in ("N", "friend of N", "Q")}
+    allowed |= {("answer", json.dumps({"text": "Q", "sure": b})) for b in (False, True)}
+    got = set()
+    for seed in range(6):
+        r = c.chat.completions.create(model="x", messages=msgs, tools=STRICT, seed=seed,
+                                      tool_choice="required", max_tokens=64)  # fmt: skip
+        (call,) = r.choices[0].message.tool_calls
+        assert r.choices[0].finish_reason == "tool_calls"
+        got.add((call.function.name, call.function.arguments))
+    assert got <= allowed and len(got) > 1
+    r = c.chat.completions.create(
+        model="x", messages=msgs, tools=STRICT, max_tokens=64,
+        tool_choice={"type": "function", "function": {"name": "answer"}},
+    )  # fmt: skip
+    assert r.choices[0].message.tool_calls[0].function.name == "answer"
+    calls = gateway.sessions.get("strict").calls
+    assert [x.sampling["allowed_calls"] for x in calls] == [5] * 6 + [2]
+    # the steps as the learner sees them: its constrained log-probs equal the recorded ones
+    seqs = [StepSequence(x.prompt_ids, x.response_ids, x.logprobs, k, x.allowed)
+            for k, x in enumerate(calls)]  # fmt: skip
+    assert all(len(x.allowed) == len(x.response_ids) for x in calls)
+    assert calls[0].response_ids[-1] == tok.eos_token_id and min(map(len, calls[0].allowed)) == 1
+    with torch.no_grad():
+        out = response_forward(model, collate(seqs, tok.pad_token_id), 1.0)
+    for k, x in enumerate(calls):
+        n = len(x.response_ids)
+        assert out.logprobs[k, :n].tolist() == pytest.approx(x.logprobs, abs=1e-4)
+    # auto over the same tools, and required over a free-form schema: unconstrained as before
+    c.chat.completions.create(model="x", messages=msgs, tools=STRICT, max_tokens=4)
+    c.chat.completions.create(model="x", messages=msgs, tools=TOOLS, max_tokens=4,
+                              tool_choice="required")  # fmt: skip
+    assert [x.allowed for x in gateway.sessions.get("strict").calls[-2:]] == [None, None]
+    with pytest.raises(openai.BadRequestError, match="tool_choice required needs tools"):
+        c.chat.completions.create(model="x", messages=msgs, tool_choice="required")
+    with pytest.raises(openai.BadRequestError, match="which tools does not declare"):
+        c.chat.completions.create(model="x", messages=msgs, tools=STRICT,
+                                  tool_choice={"type": "function", "function": {"name": "x"}})  # fmt: skip
+
+
 def test_bad_requests_get_a_clear_4xx(gateway):
     c = client(gateway, "bad")
     with pytest.raises(openai.BadRequestError, match="temperature must be a number"):
@@ -313,40 +379,33 @@ def test_the_agent_runner_turns_sessions_into_steps_or_cuts_the_episode(
 
 
 def test_an_openai_sdk_program_plays_search_v0_through_its_tools(tiny):
-    """examples/agents/search_agent.py offers Search-v0's tools as functions; the calls it gets
-    (forced, as the tiny model samples noise) are run by the env; the steps carry the engine's
-    ids and the env's state keys, and the second call extends the first token for token."""
+    """examples/agents/search_agent.py offers Search-v0's tools each turn as strict functions
+    over the admissible queries and answers with tool_choice="required": the untrained model's
+    every call is an admissible one, run by the env; the steps carry the engine's ids, the
+    allowed token sets the learner needs and the env's state keys."""
     model, tok = tiny
-    backend = Forced(HFBackend(model, tok.pad_token_id), tok)
-    texts = [
-        '<tool_call>\n{"name": "search", "arguments": {"query": "friend of N"}}\n</tool_call>',
-        '<tool_call>\n{"name": "answer", "arguments": {"text": "Q"}}\n</tool_call>',
-    ]
-    backend.texts = list(texts)
     program = Path(__file__).parents[1] / "examples" / "agents" / "search_agent.py"
-    pool = make_pool([EnvSpec("Agent-v0", {"env": "Search-v0", "agent": f"{program}:play"})],
+    pool = make_pool([EnvSpec("Agent-v0", {"env": "Search-v0", "agent": f"{program}:play"})] * 4,
                      num_workers=0)  # fmt: skip
-    runner = AgentRunner(pool, backend, tok, RunnerSettings(max_steps=5, max_new_tokens=128),
-                         syntax="hermes")  # fmt: skip
+    runner = AgentRunner(pool, HFBackend(model, tok.pad_token_id), tok,
+                         RunnerSettings(max_steps=4, max_new_tokens=64), syntax="hermes")  # fmt: skip
     try:
-        (ep,) = runner.play([ResetSpec(0, None, {"task_id": "1-hop/31"})], temperature=1.0, seed=0)
+        eps = runner.play([ResetSpec(0, s, None) for s in range(4)], temperature=1.0, seed=0)
     finally:
         runner.gateway.close()
         pool.close()
-    assert ep.fault is None and ep.category == "synthetic/1-hop"
-    assert [s.action for s in ep.steps] == [
-        'search({"query": "friend of N"})',
-        'answer({"text": "Q"})',
-    ]
-    assert ep.steps[0].state_key == "1-hop/31|" and ep.steps[1].state_key != ep.steps[0].state_key
-    for s, text in zip(ep.steps, texts):
-        assert s.response_ids == [
-            *tok(text, add_special_tokens=False)["input_ids"],
-            tok.eos_token_id,
-        ]
-        assert len(s.logprobs) == len(s.response_ids)
-    head = ep.steps[0].prompt_ids + ep.steps[0].response_ids
-    assert ep.steps[1].prompt_ids[: len(head)] == head and not ep.steps[1].extras["prefix_break"]
+    steps = [s for ep in eps for s in ep.steps]
+    assert all(ep.fault is None for ep in eps) and len(steps) > len(eps)  # some searched
+    search = envs.make("Search-v0")  # the tasks are Search-v0's own seeded draws
+    assert [ep.task_id for ep in eps] == [search.reset(seed=s)[1]["task_id"] for s in range(4)]
+    for ep in eps:
+        assert ep.steps[-1].action.startswith("answer(") or len(ep.steps) == 4
+        assert ep.steps[0].state_key == f"{ep.task_id}|"
+        for s in ep.steps:
+            assert s.valid and s.action.startswith(("search(", "answer("))
+            assert len(s.allowed) == len(s.logprobs) == len(s.response_ids)
+            assert s.response_ids[-1] == tok.eos_token_id
+            assert all(t in a for t, a in zip(s.response_ids, s.allowed))
 
 
 SMOLAGENT = Path(__file__).parents[1] / "examples" / "agents" / "search_smolagent.py"

@@ -110,3 +110,32 @@ def test_two_iterations_with_asynchronous_vllm_rollouts(tmp_path, monkeypatch):
         assert np.abs(np.asarray(gen.logprobs) - rec).max() < 1e-3
     finally:
         parts.runner.close()
+
+
+def test_pool_opponents_play_beside_vllm_rollouts(tmp_path, monkeypatch):
+    """``rollout.opponents`` with a pool under ``rollout=vllm``: the learner's seats sample on
+    vLLM, the pool's frozen policy on its own transformers engine (docs/envs/multi-agent.md)."""
+    pytest.importorskip("pyspiel")
+    monkeypatch.setenv("AGENTRL_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = load_config(
+        _config(
+            tmp_path / "run",
+            "env=tictactoe",
+            "model.max_new_tokens=10",
+            "env.max_steps=12",
+            "rollout.opponents={pool: 1}",
+            "rollout.opponent_pool.every=1",
+        )  # fmt: skip
+    )
+    parts = build(cfg)
+    try:
+        train(cfg, tmp_path / "run", parts)
+        pool = parts.runner.opponents
+        assert pool.versions() == [0, 1, 2]
+        assert pool.backend.tokens_generated > 0 and parts.backend.tokens_generated > 0
+        rows = [
+            json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+        ]
+        assert [r["opponents/pool_games"] for r in rows if r.get("phase") == "train"] == [4, 4]
+    finally:
+        parts.runner.close()

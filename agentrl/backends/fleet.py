@@ -25,11 +25,20 @@ server that served its first call while that server lives (its prefix cache hold
 context); other requests go to the server with the fewest outstanding tokens (prompt plus token
 cap of the requests in flight).
 
+Keep mode (``rollout.partial_rollouts``): a sync freezes the requests in flight in each
+server's queue (``/pause?mode=keep``), drops their cache computed with the old weights and
+resumes them on the new ones; each reply's version spans give every token's version
+(``extra["token_versions"]``; ``extra["policy_version"]`` is the oldest).
+
 Faults: a request that fails (connection refused or reset, a timeout, an HTTP error) is replayed
 on another server with the same body, seed included, so its result is the one the first server
-would have given. A server whose process exited, or whose ``/health`` no longer answers, leaves
-the fleet; one that answers but fails ``rollout.fleet.max_failures`` calls in a row stops the
-run with one line naming it, as does a fleet with no server left. :meth:`FleetBackend.close`
+would have given; one that timed out is first aborted on its server (``/abort_requests``, best
+effort). A server launched here whose process exited, or whose ``/health`` no longer answers
+(it is stopped), is relaunched by a restart thread (the same command, then the fleet's weights
+and version) and rejoins the rotation; each failed relaunch counts as a failure of it. A server
+given by url that is gone leaves the fleet; one that answers but fails
+``rollout.fleet.max_failures`` calls (or relaunches) in a row stops the run with one line naming
+it, as does a fleet with no server left. :meth:`FleetBackend.close`
 (also at interpreter exit) stops every server this process launched, with their engine
 processes (their own process group).
 """
@@ -54,6 +63,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -62,6 +72,7 @@ from typing import Any
 
 import torch
 
+from .. import distributed as D
 from .base import BackendError, Generation, SamplingParams
 from .fleet_lora import merged_state, wire_adapter
 from .fleet_transfer import BACKEND, HTTPClient, TransferError, open_sender, send, state_source
@@ -75,6 +86,7 @@ __all__ = ["FleetBackend", "FleetError", "Server"]
 log = logging.getLogger(__name__)
 PROBE_PROMPT = (1, 5, 9, 13, 17, 21, 25, 29)
 MAX_SESSIONS = 100_000  # conversations remembered for affinity (oldest forgotten first)
+ABORT_TIMEOUT = 2.0  # seconds for the best-effort abort of a timed-out request
 
 
 class FleetError(BackendError):
@@ -82,7 +94,12 @@ class FleetError(BackendError):
 
 
 class _RequestFailed(Exception):
-    """One request failed on one server (replayed elsewhere)."""
+    """One request failed on one server (replayed elsewhere); ``timed_out``: it ran past the
+    request timeout (the server may still be computing it)."""
+
+    def __init__(self, why: str, timed_out: bool = False):
+        super().__init__(why)
+        self.timed_out = timed_out
 
 
 def _die_with_parent() -> None:
@@ -153,6 +170,10 @@ class Server:
     sender: Any = None  # the trainer's weight-transfer engine for it (opened at the first sync)
     why_out: str = ""
     served: int = 0  # requests answered
+    cmd: list[str] | None = None  # launched here: its command (a restart runs it again)
+    restarting: bool = False  # its process died: being launched again (out of the rotation)
+    starts: int = 0  # launches so far (a request that failed on one launch may use the next)
+    aborted: int = 0  # timed-out requests it acknowledged aborting
     client: HTTPClient = field(init=False)
 
     def __post_init__(self) -> None:
@@ -175,7 +196,8 @@ def _post(http: Any, url: str, body: dict[str, Any], timeout: float) -> dict[str
     try:
         reply = http.post(url, json=body, timeout=timeout)
     except httpx.TransportError as exc:  # refused, reset, timed out
-        raise _RequestFailed(f"{type(exc).__name__}: {exc}") from None
+        timed_out = isinstance(exc, httpx.TimeoutException)
+        raise _RequestFailed(f"{type(exc).__name__}: {exc}", timed_out) from None
     if reply.status_code != 200:
         detail = " ".join(reply.text.split())[:300]
         raise _RequestFailed(f"HTTP {reply.status_code}: {detail}")
@@ -219,6 +241,12 @@ class FleetBackend:
         request_timeout, startup_timeout, concurrency: seconds per request, seconds to start,
             requests in flight over the fleet.
         probe_tolerance: the largest log-prob difference the attach probe accepts.
+        keep_in_flight: syncs keep the requests in flight (``rollout.partial_rollouts``): the
+            servers pause with vLLM's ``keep`` mode and resume them on the new weights, so a
+            reply may span two versions (``extra["token_versions"]``); otherwise a sync waits
+            for them to finish.
+        sender: this process pushes the weights (``False``: another torchrun rank does; a sync
+            here waits for the servers to hold the next version).
     """
 
     def __init__(
@@ -240,20 +268,31 @@ class FleetBackend:
         concurrency: int = 64,
         extra_args: Sequence[str] = (),
         probe_tolerance: float | None = None,
+        keep_in_flight: bool = False,
+        sender: bool = True,
     ) -> None:
         self.model_path = str(model_path)
         self.max_failures = int(max_failures)
         self.transfer = member_transfer(transfer, cpu=None if transfer == "auto" else True)
         self.trainer_address = trainer_address
         self.request_timeout = float(request_timeout)
+        self.keep_in_flight = bool(keep_in_flight)
+        self.sender = bool(sender)
         self.version = 0
+        self._syncing = False  # a sync is under way (keep mode: servers may be one ahead)
         self.last_sync_seconds: float | None = None
         self.last_sync_bytes: int | None = None
         self.tokens_generated = 0
         self.replayed = 0  # requests replayed on another server after a failure
         self._sessions: collections.OrderedDict[str, Server] = collections.OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()  # routing, liveness (a restarted server notifies)
+        self._sync_lock = threading.Lock()  # one weight push at a time (syncs and restarts)
         self._closed = False
+        self._fatal: FleetError | None = None  # a restart that failed max_failures times
+        self.startup_timeout = float(startup_timeout)
+        self._restarts: queue.Queue = queue.Queue()
+        self._restarter: threading.Thread | None = None
+        self.restarted = 0  # servers relaunched and back in the rotation
         self._source = state_source()
         self._logdir: Path | None = None
         self._keep_logs = False  # a server failed: its log stays for the user
@@ -276,7 +315,8 @@ class FleetBackend:
             if model is not None:
                 self._probe(model, probe_tolerance)
             for s in self.servers:  # version 0: the weights the servers start with
-                s.client.set_weight_version("0")
+                if self.sender:
+                    s.client.set_weight_version("0")
         except BaseException:
             self._keep_logs = True
             self.close()
@@ -289,11 +329,7 @@ class FleetBackend:
             raise ValueError("rollout=fleet needs a local model folder (model.name)")
         get = cfg.get if hasattr(cfg, "get") else lambda k, d=None: getattr(cfg, k, d)
         fleet = dict(get("fleet", None) or {})
-        return cls(
-            model_path,
-            model=model,
-            servers=int(fleet.get("servers", 2)),
-            urls=list(fleet.get("urls") or ()),
+        kw = dict(
             max_failures=int(fleet.get("max_failures", 3)),
             transfer=str(fleet.get("transfer", "auto")),
             trainer_address=str(fleet.get("trainer_address", "127.0.0.1")),
@@ -305,7 +341,40 @@ class FleetBackend:
             max_model_len=get("max_model_len", None),
             kv_cache_memory_bytes=get("kv_cache_memory_bytes", None),
             max_num_seqs=int(get("max_num_seqs", 256)),
+            keep_in_flight=bool(get("partial_rollouts", False)),
         )
+        servers, urls = int(fleet.get("servers", 2)), list(fleet.get("urls") or ())
+        if not D.is_distributed():
+            return cls(model_path, model=model, servers=servers, urls=urls, **kw)
+        return cls._on_ranks(model_path, model, servers, urls, int(get("staleness", 0)), kw)
+
+    @classmethod
+    def _on_ranks(
+        cls, model_path: str, model: Any, servers: int, urls: list[str], staleness: int, kw: dict
+    ) -> FleetBackend:
+        """Under torchrun: rank 0 launches (or attaches to) the fleet and sends the weights;
+        the other ranks sample on the same servers (their urls from rank 0) and, at each sync,
+        wait for the servers to hold rank 0's new version (the learner's weights are the same
+        on every rank)."""
+        if staleness:
+            raise FleetError(
+                "rollout=fleet under torchrun needs rollout.staleness=0: each rank's producer "
+                "would move the shared servers to other versions at other times"
+            )
+        built, err = None, None
+        if D.rank() == 0:
+            try:
+                built = cls(model_path, model=model, servers=servers, urls=urls, **kw)
+            except Exception as exc:  # noqa: BLE001 - every rank raises it below
+                err = exc
+        shared = D.broadcast_object(
+            {"urls": [s.url for s in built.servers] if built else [], "error": str(err or "")}
+        )
+        if err is not None:
+            raise err
+        if shared["error"]:
+            raise FleetError(f"rank 0: {shared['error']}")
+        return built or cls(model_path, urls=shared["urls"], sender=False, **kw)
 
     # ---- start-up ------------------------------------------------------------------------
 
@@ -337,14 +406,26 @@ class FleetBackend:
                     *extra,
                 ],
             )
-            log_path = self._logdir / f"server{i}.log"
-            with open(log_path, "w") as out:
-                proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                        env={**os.environ, **MEMBER_ENV},
-                                        start_new_session=True,
-                                        preexec_fn=_die_with_parent)  # fmt: skip
-            self.servers.append(Server(f"http://127.0.0.1:{port}", proc, log_path))
+            server = Server(f"http://127.0.0.1:{port}", log_path=self._logdir / f"server{i}.log",
+                            cmd=cmd)  # fmt: skip
+            self.servers.append(server)
+            self._start(server)
         log.info("fleet: %d vLLM servers starting (logs in %s)", n, self._logdir)
+
+    def _start(self, s: Server) -> None:
+        """Launch ``s``'s command in its own process session (its log appended to). Called on
+        the thread that built the fleet or on the restart thread, both alive until
+        :meth:`close`: the parent-death signal follows the launching thread."""
+        assert s.cmd is not None and s.log_path is not None
+        with self._lock:
+            if self._closed:
+                raise FleetError(f"fleet server {s.url}: the fleet is closed")
+            with open(s.log_path, "a") as out:
+                s.proc = subprocess.Popen(s.cmd, stdout=out, stderr=subprocess.STDOUT,
+                                          env={**os.environ, **MEMBER_ENV},
+                                          start_new_session=True,
+                                          preexec_fn=_die_with_parent)  # fmt: skip
+            s.starts += 1
 
     def _wait_up(self, timeout: float) -> None:
         """Launched servers get ``timeout`` to start; servers given by url, which should be up
@@ -462,11 +543,17 @@ class FleetBackend:
             raise _RequestFailed("a reply without a finite log-prob per token")
         return tokens, lps
 
-    def _pick(self, session: str | None, cost: int, avoid: set[int]) -> Server:
+    def _pick(self, session: str | None, cost: int, avoid: set[tuple[int, int]]) -> Server:
         """The conversation's server while it lives, else the least loaded (outstanding
-        tokens); ``avoid``: servers that already failed this request."""
+        tokens); ``avoid``: the launches that already failed this request. With no server
+        live, it waits for one that is restarting."""
         with self._lock:
-            live = [s for s in self.servers if s.alive and id(s) not in avoid]
+            while True:
+                self._check_open()  # closed, or a restart that failed for good
+                live = [s for s in self.servers if s.alive and (id(s), s.starts) not in avoid]
+                if live or not any(s.restarting for s in self.servers):
+                    break
+                self._lock.wait(1.0)
             if not live:
                 gone = "; ".join(f"{s.url}: {s.why_out or 'failed this request'}"
                                  for s in self.servers)  # fmt: skip
@@ -483,11 +570,14 @@ class FleetBackend:
         return server
 
     def _play(self, body: dict[str, Any], session: str | None, failed: set[int]) -> tuple:
-        """One request on the fleet, replayed on another server while one fails."""
+        """One request on the fleet, replayed on another server while one fails (a timed-out
+        one aborted first on the server that did not answer)."""
         cost = len(body["token_ids"]) + int(body["sampling_params"]["max_tokens"])
-        avoid: set[int] = set()
+        avoid: set[tuple[int, int]] = set()
         while True:
             server = self._pick(session, cost, avoid)
+            starts = server.starts
+            body = {**body, "request_id": f"agentrl-{uuid.uuid4().hex}"}
             try:
                 choice = self._request(server, body)
                 tokens, lps = self._tokens(choice)
@@ -496,7 +586,9 @@ class FleetBackend:
                     server.outstanding -= cost
                     failed.add(id(server))
                     self.replayed += 1
-                avoid.add(id(server))
+                avoid.add((id(server), starts))
+                if exc.timed_out:
+                    self._abort(server, body["request_id"])
                 self._on_failure(server, str(exc))
                 continue
             with self._lock:
@@ -504,18 +596,142 @@ class FleetBackend:
                 server.served += 1
             return server, choice, tokens, lps
 
+    def _abort(self, server: Server, request_id: str) -> None:
+        """Best effort: vLLM's ``/abort_requests`` for a request that timed out, so a server
+        that comes back does not go on computing it (``ABORT_TIMEOUT`` seconds at most)."""
+        # the token endpoint hands the engine "generate-tokens-<request_id>"
+        ids = [f"generate-tokens-{request_id}", request_id]
+        with contextlib.suppress(Exception):
+            reply = self._http.post(server.url + "/abort_requests", json={"request_ids": ids},
+                                    timeout=ABORT_TIMEOUT)  # fmt: skip
+            if reply.status_code == 200:
+                with self._lock:
+                    server.aborted += 1
+
     def _on_failure(self, server: Server, why: str) -> None:
-        """A server failed a request: out of the fleet when gone, else kept (and counted)."""
-        gone = server.exited() or not _get_ok(server.url + "/health", timeout=2)
+        """A server failed a request: a launched one whose process exited is restarted (out of
+        the rotation meanwhile), one gone otherwise leaves the fleet, one that answers stays
+        (and is counted)."""
+        proc = server.proc  # this launch's (a restart replaces it)
+        if not server.alive:
+            return
+        exited = proc is not None and proc.poll() is not None
+        gone = exited or not _get_ok(server.url + "/health", timeout=2)
+        if gone and not exited and proc is not None:
+            # launched here and not answering: dying (its connections close before it exits),
+            # or hung for good; either way it is stopped and relaunched
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=3)
+            if proc.poll() is None:
+                why = f"{why}; /health does not answer: stopped"
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            exited = True
         with self._lock:
             if server.alive and gone:
                 server.alive = False
-                server.why_out = f"gone ({why})"
-                log.warning("fleet: server %s is gone (%s); its requests replay elsewhere",
-                            server.url, why)  # fmt: skip
+                if exited and server.cmd is not None and not self._closed:
+                    server.restarting = True
+                    server.why_out = f"restarting ({why})"
+                    log.warning("fleet: server %s died (exit %s; %s); its requests replay "
+                                "elsewhere while it restarts", server.url,
+                                proc.poll() if proc else None, why)  # fmt: skip
+                    self._restart_later(server)
+                else:
+                    server.why_out = f"gone ({why})"
+                    log.warning("fleet: server %s is gone (%s); its requests replay elsewhere",
+                                server.url, why)  # fmt: skip
+                    if server.cmd is None:
+                        log.warning("fleet: server %s was given by url: it is not restarted",
+                                    server.url)  # fmt: skip
             elif server.alive and not server.why_out:
                 log.warning("fleet: server %s failed a request (%s); replayed elsewhere",
                             server.url, why)  # fmt: skip
+
+    # ---- restarts ------------------------------------------------------------------------
+
+    def _restart_later(self, server: Server) -> None:
+        """Queue ``server`` for the restart thread (started at the first restart; it lives until
+        :meth:`close`, so the servers it launches keep their parent-death signal)."""
+        if self._restarter is None:
+            self._restarter = threading.Thread(target=self._restart_loop, name="fleet-restart",
+                                               daemon=True)  # fmt: skip
+            self._restarter.start()
+        self._restarts.put(server)
+
+    def _restart_loop(self) -> None:
+        while True:
+            server = self._restarts.get()
+            if server is None or self._closed:
+                return
+            self._restart(server)
+
+    def _restart(self, s: Server) -> None:
+        """Relaunch ``s`` until it is back with the fleet's weights and version; each failed
+        try counts as a failure of ``s``, ``max_failures`` in a row stop the run."""
+        while not self._closed:
+            err = self._try_restart(s)
+            if self._closed:
+                return
+            with self._lock:
+                if err is None:
+                    s.alive, s.restarting, s.failures, s.why_out = True, False, 0, ""
+                    self.restarted += 1
+                    self._lock.notify_all()
+                    log.warning("fleet: server %s is back (pid %d, weight version %d)",
+                                s.url, s.proc.pid, s.version)  # fmt: skip
+                    return
+                s.failures += 1
+                self._keep_logs = True
+                log.warning("fleet: restarting server %s failed (%d of %d): %s", s.url,
+                            s.failures, self.max_failures, err)  # fmt: skip
+                if s.failures >= self.max_failures:
+                    s.restarting, s.why_out = False, f"restart failed ({err})"
+                    self._fatal = FleetError(
+                        f"fleet server {s.url} failed {s.failures} restarts in a row "
+                        f"(rollout.fleet.max_failures={self.max_failures}): {err}"
+                    )
+                    self._lock.notify_all()
+                    return
+
+    def _try_restart(self, s: Server) -> str | None:
+        """One relaunch of ``s``: the same command, up within ``startup_timeout``, a new
+        weight-transfer engine, the weights of the fleet's last sync and its version."""
+        old = s.proc
+        if old is not None:  # whatever is left of the dead one (its engine processes)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(old.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                old.wait(timeout=10)
+        if s.sender is not None:
+            with contextlib.suppress(Exception):
+                s.sender.shutdown()
+            s.sender = None
+        try:
+            self._start(s)
+        except (OSError, FleetError) as exc:
+            return f"cannot launch it: {exc}"
+        deadline = time.monotonic() + self.startup_timeout
+        while not _get_ok(s.url + "/health", timeout=2):
+            if self._closed:
+                return "the fleet closed"
+            if s.exited():
+                return f"it exited at start ({s.proc.returncode}): {s.log_tail(500)}"
+            if time.monotonic() > deadline:
+                return f"not up after {self.startup_timeout:.0f} s: {s.log_tail(500)}"
+            time.sleep(0.5)
+        with self._sync_lock:  # no sync runs meanwhile: the fleet's version is the last pushed
+            if self.version == 0:  # the weights it starts with are version 0
+                try:
+                    s.client.set_weight_version("0")
+                    have = s.client.weight_version()
+                except TransferError as exc:
+                    return str(exc)
+                if have != "0":
+                    return f"it reports version {have!r} after the restart"
+                s.version = 0
+                return None
+            return self._sync(s, self.version)
 
     def _check_versions(self, failed: set[int]) -> None:
         """Before a call: every live server holds the fleet's version of the weights (one that
@@ -529,7 +745,8 @@ class FleetBackend:
                 failed.add(id(s))
                 self._on_failure(s, str(exc))
                 continue
-            if have != str(self.version):
+            ahead = self.keep_in_flight and self._syncing and have == str(self.version + 1)
+            if have != str(self.version) and not ahead:
                 raise FleetError(
                     f"fleet server {s.url} holds weight version {have!r}, the trainer's is "
                     f"{self.version}: refused before it samples (another trainer or a missed sync)"
@@ -546,6 +763,7 @@ class FleetBackend:
         if allowed is not None and len(allowed) != len(prompts):
             raise ValueError(f"allowed has {len(allowed)} entries for {len(prompts)} prompts")
         failed: set[int] = set()
+        first = self.version  # keep mode: a sync during the call may move replies past it
         self._check_versions(failed)
         results: list[Generation | None] = [None] * len(prompts)
         jobs: list[tuple[int, dict[str, Any], str | None, Trie | None]] = []
@@ -565,25 +783,44 @@ class FleetBackend:
         replies = list(self._executor.map(lambda j: self._play(j[1], j[2], failed), jobs))
         self._count_failures(failed)
         for (i, _, _, trie), (server, choice, tokens, lps) in zip(jobs, replies, strict=True):
-            spans = choice.get("weight_versions") or []
-            seen = {str(sp.get("version")) for sp in spans}
-            if seen and seen != {str(self.version)}:
-                raise FleetError(
-                    f"fleet server {server.url} sampled with weight version(s) {sorted(seen)}, "
-                    f"the trainer's is {self.version}: refused"
-                )
+            versions = self._token_versions(server, choice, len(tokens), first)
             finish = "length" if choice.get("finish_reason") == "length" else "stop"
             if trie is not None:
                 keep, complete = trie_prefix(trie, tokens)
                 if keep < len(tokens) and not complete:
                     raise FleetError(f"fleet server {server.url} left the allowed sequences at "
                                      f"token {keep} ({tokens}): is its trie processor loaded?")  # fmt: skip
-                tokens, lps = tokens[:keep], lps[:keep]
+                tokens, lps, versions = tokens[:keep], lps[:keep], versions[:keep]
                 finish = "stop" if complete else "length"
             self.tokens_generated += len(tokens)
-            extra = {"policy_version": self.version, "server": server.url}
+            extra: dict[str, Any] = {"policy_version": min(versions, default=first),
+                                     "server": server.url}  # fmt: skip
+            if self.keep_in_flight:
+                extra["token_versions"] = versions
             results[i] = Generation(tokens, lps, finish, extra=extra)  # type: ignore[arg-type]
         return results  # type: ignore[return-value]
+
+    def _token_versions(
+        self, server: Server, choice: dict[str, Any], n: int, first: int
+    ) -> list[int]:
+        """The version that sampled each of a reply's ``n`` tokens (its version spans): the
+        fleet's; in keep mode any from ``first`` (the call's start) to the fleet's now. Other
+        versions are refused (a server someone else updated, one a sync missed)."""
+        versions = [first] * n
+        last = self.version + int(self._syncing)  # labelled before the sync returns
+        ok = range(first, last + 1) if self.keep_in_flight else (self.version,)
+        for sp in choice.get("weight_versions") or []:
+            label = str(sp.get("version"))
+            v = int(label) if label.isdigit() else -1
+            if v not in ok:
+                have = sorted({str(x.get("version")) for x in choice["weight_versions"]})
+                raise FleetError(
+                    f"fleet server {server.url} sampled with weight version(s) {have}, "
+                    f"the trainer's is {self.version}: refused"
+                )
+            start, end = int(sp.get("start", 0)), int(sp.get("end", n))
+            versions[max(start, 0) : min(end, n)] = [v] * max(0, min(end, n) - max(start, 0))
+        return versions
 
     def _count_failures(self, failed: set[int]) -> None:
         """Calls in a row in which a live server failed; ``max_failures`` stops the run."""
@@ -603,11 +840,9 @@ class FleetBackend:
     def update_weights(self, state_dict: Mapping[str, Any]) -> None:
         """The learner's weights into every live server through vLLM's weight-transfer API;
         the fleet's version goes up by one (the label every server reports)."""
-        self._check_open()
         # every tensor travels, a tied LM head too: leaving it out (it shares the embedding's
         # storage) left the servers sampling with the old embedding (the parity test caught it)
-        self._source.set(dict(checkpoint_items(state_dict)))
-        self._push()
+        self._push(lambda: self._source.set(dict(checkpoint_items(state_dict))))
 
     def update_adapter(
         self,
@@ -617,34 +852,69 @@ class FleetBackend:
     ) -> None:
         """A LoRA run's sync: only the adapter (PEFT's tensors and ``LoraConfig``) travels, and
         each server merges it into the base weights it keeps (:mod:`.fleet_lora`); ``base()``
-        (the unmerged base weights) is sent once, to a server that lacks it. With vLLM's NCCL
-        engine the merged weights are sent whole."""
+        (the unmerged base weights) is sent once, to a server that lacks it (a relaunched one
+        too). With vLLM's NCCL engine the merged weights are sent whole."""
         adapter = wire_adapter(tensors, config)
         if self.transfer != BACKEND:
             self.update_weights(merged_state(checkpoint_items(base()), adapter))
             return
-        self._check_open()
-        self._source.set_lora(adapter, lambda: dict(checkpoint_items(base())))
-        self._push()
+        self._push(lambda: self._source.set_lora(adapter, lambda: dict(checkpoint_items(base()))))
 
-    def _push(self) -> None:
-        """The source's tensors into every live server; the fleet's version goes up by one."""
-        version = self.version + 1
-        live = [s for s in self.servers if s.alive]
-        t0 = time.perf_counter()
-        errors = list(self._executor.map(lambda s: self._sync(s, version), live))
-        for s, err in zip(live, errors, strict=True):
-            if err is not None:
+    def _push(self, set_source: Callable[[], None]) -> None:
+        """``set_source()`` fills the source, whose tensors go into every live server; the
+        fleet's version goes up by one."""
+        self._check_open()
+        if not self.sender:
+            self._await_version(self.version + 1)
+            return
+        with self._sync_lock:  # a restarting server pushes after (or before) this sync
+            set_source()
+            version = self.version + 1
+            live = [s for s in self.servers if s.alive]
+            t0 = time.perf_counter()
+            self._syncing = True
+            try:
+                errors = list(self._executor.map(lambda s: self._sync(s, version), live))
+            finally:
+                self._syncing = False
+            for s, err in zip(live, errors, strict=True):
+                if err is None:
+                    continue
+                if s.exited() and s.cmd is not None:  # died since the last call: restarted,
+                    self._on_failure(s, err)  # it gets this version once it is up
+                    continue
                 raise FleetError(f"fleet server {s.url}: the weight sync to version {version} "
                                  f"failed: {err}")  # fmt: skip
-        self.version = version
+            self.version = version
         self.last_sync_seconds = time.perf_counter() - t0
         # the bytes one server got (a LoRA run's first sync to a server carries its base too)
-        self.last_sync_bytes = max(int(getattr(s.sender, "last_bytes", 0) or 0) for s in live) \
-            if live else 0  # fmt: skip
-        if not self.last_sync_bytes:  # vLLM's engines do not count: the source's size
-            self.last_sync_bytes = sum(int(v.numel() * v.element_size())
-                                       for v in self._source.state.values())  # fmt: skip
+        sent = [int(getattr(s.sender, "last_bytes", 0) or 0) for s in live]
+        self.last_sync_bytes = max(sent, default=0) or sum(  # vLLM's engines do not count
+            int(v.numel() * v.element_size()) for v in self._source.state.values()
+        )
+
+    def _await_version(self, version: int) -> None:
+        """Not the sender: wait (``request_timeout`` at most) until every live server holds
+        ``version``, which the sender's sync labels it with."""
+        t0 = time.perf_counter()
+        deadline = time.monotonic() + self.request_timeout
+        for s in [s for s in self.servers if s.alive]:
+            while True:
+                try:
+                    have = s.client.weight_version(timeout=10)
+                except TransferError as exc:
+                    self._on_failure(s, str(exc))
+                    break
+                if have == str(version):
+                    break
+                if not have.isdigit() or int(have) > version or time.monotonic() > deadline:
+                    raise FleetError(
+                        f"fleet server {s.url} holds weight version {have!r} while this rank "
+                        f"waits for {version} from rank 0's sync"
+                    )
+                time.sleep(0.05)
+        self.version = version
+        self.last_sync_seconds, self.last_sync_bytes = time.perf_counter() - t0, None
 
     def _sync(self, s: Server, version: int) -> str | None:
         try:
@@ -652,9 +922,14 @@ class FleetBackend:
                 s.sender = open_sender(self.transfer, s.client, self._source,
                                        address=self.trainer_address,
                                        port=free_port(self.trainer_address))  # fmt: skip
-            s.client.pause("wait")  # in-flight requests finish; the prefix cache is cleared
+            if self.keep_in_flight:  # in-flight requests frozen in the server's queue
+                s.client.pause("keep")
+            else:  # in-flight requests finish; the prefix cache is cleared
+                s.client.pause("wait")
             try:
                 send(s.sender, s.client, str(version))
+                if self.keep_in_flight:
+                    self._drop_old_cache(s)
             finally:
                 s.client.resume()
             have = s.client.weight_version()
@@ -665,20 +940,39 @@ class FleetBackend:
         s.version = version
         return None
 
+    def _drop_old_cache(self, s: Server) -> None:
+        """Keep mode, still paused: the frozen requests are preempted and their cache, computed
+        with the old weights, dropped (vLLM's ``/reset_prefix_cache`` with running requests),
+        so every token after the sync is sampled by the new weights over the whole context."""
+        reply = self._http.post(s.url + "/reset_prefix_cache",
+                                params={"reset_running_requests": "true"},
+                                timeout=self.request_timeout)  # fmt: skip
+        if reply.status_code != 200:
+            raise TransferError(f"server {s.url}/reset_prefix_cache answered HTTP "
+                                f"{reply.status_code}: {' '.join(reply.text.split())[:200]}")  # fmt: skip
+
     # ---- lifecycle -----------------------------------------------------------------------
 
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("FleetBackend is closed")
+        self._check_fatal()
+
+    def _check_fatal(self) -> None:
+        if self._fatal is not None:
+            raise self._fatal
 
     def close(self) -> None:
         """Stop every server launched here (and their engine processes); idempotent. Their
         logs are deleted when every server ran to the end, kept (and named) otherwise."""
         if self._closed:
             return
-        self._closed = True
+        with self._lock:  # no launch after this (a restart checks it under the lock)
+            self._closed = True
+            self._lock.notify_all()
         with contextlib.suppress(Exception):
             atexit.unregister(self.close)
+        self._restarts.put(None)
         self._executor.shutdown()
         with contextlib.suppress(Exception):
             self._http.close()
@@ -700,7 +994,7 @@ class FleetBackend:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=10)
         if self._logdir is not None:
-            if not self._keep_logs and all(s.alive for s in self.servers):
+            if not self._keep_logs and all(s.alive and s.starts <= 1 for s in self.servers):
                 shutil.rmtree(self._logdir, ignore_errors=True)
             else:
                 log.warning("fleet: the servers' logs are kept in %s", self._logdir)

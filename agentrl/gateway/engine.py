@@ -29,6 +29,7 @@ class _Request:
     request_id: int
     session: str
     future: Future
+    allowed: list[tuple[int, ...]] | None = None  # the token sequences it may produce (None: free)
 
 
 class Engine:
@@ -36,21 +37,28 @@ class Engine:
 
     def __init__(self, backend: Backend, max_batch: int = 256):
         self.backend, self.max_batch = backend, max_batch
-        self._queue: queue.Queue[_Request | None] = queue.Queue()
+        # SimpleQueue: put and get in C, no Python-level condition to wake the engine thread
+        self._queue: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="gateway-engine", daemon=True)
         self._closed = False
         self.calls = 0  # backend calls made
         self._thread.start()
 
     def submit(
-        self, prompt: Sequence[int], sampling: SamplingParams, request_id: int, session: str
+        self,
+        prompt: Sequence[int],
+        sampling: SamplingParams,
+        request_id: int,
+        session: str,
+        allowed: list[tuple[int, ...]] | None = None,
     ) -> Future:
-        """A future of the :class:`Generation` of ``prompt``."""
+        """A future of the :class:`Generation` of ``prompt`` (within ``allowed``'s sequences
+        when given: the backends' constrained decoding)."""
         fut: Future = Future()
         if self._closed:
             fut.set_exception(RuntimeError("the gateway's engine is closed"))
             return fut
-        self._queue.put(_Request(list(prompt), sampling, int(request_id), session, fut))
+        self._queue.put(_Request(list(prompt), sampling, int(request_id), session, fut, allowed))
         return fut
 
     def _run(self) -> None:
@@ -88,7 +96,10 @@ class Engine:
             sessions=tuple(r.session for r in reqs),
         )
         try:
-            gens: list[Generation] = self.backend.generate([r.prompt for r in reqs], params)
+            allowed = [r.allowed for r in reqs]
+            gens: list[Generation] = self.backend.generate(
+                [r.prompt for r in reqs], params, allowed if any(allowed) else None
+            )
             self.calls += 1
         except Exception as exc:  # the callers answer with the reason; the thread goes on
             for r in reqs:

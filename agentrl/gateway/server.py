@@ -44,15 +44,44 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..backends.base import Backend, SamplingParams
+from ..backends.trie import allowed_per_position
 from ..rollout.tools import detect_syntax
-from .chat import BadRequest, ChatRequest, Renderer, parse_request, read_reply
+from .chat import BadRequest, Call, ChatRequest, Renderer, Reply, parse_request, read_reply
 from .engine import Engine
 from .sessions import CallRecord, Session, SessionError, Sessions, outcome_of
+from .strict import allowed_calls
 
 __all__ = ["SESSION_HEADER", "Gateway"]
 
 #: The header that names a call's session, over the API key.
 SESSION_HEADER = "X-Session-Id"
+
+
+try:  # orjson (vLLM's dependency) reads and writes the bodies several times faster
+    import orjson
+
+    def _loads(data: bytes) -> Any:
+        return orjson.loads(data)
+
+    def _dumps(obj: Any) -> bytes:
+        return orjson.dumps(obj)
+
+except ImportError:  # pragma: no cover - the standard library's
+
+    def _loads(data: bytes) -> Any:
+        return json.loads(data)
+
+    def _dumps(obj: Any) -> bytes:
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+class _JSON(Response):
+    """A JSON response written with :func:`_dumps`."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return _dumps(content)
 
 
 def _error(status: int, message: str, param: str | None = None) -> JSONResponse:
@@ -192,7 +221,7 @@ class Gateway:
             s = self.sessions.get(request.path_params["name"])
         except SessionError as exc:
             return _error(404, exc.message)
-        return JSONResponse(s.to_json())
+        return _JSON(s.to_json())
 
     async def _reward(self, request: Request) -> Response:
         try:
@@ -212,7 +241,7 @@ class Gateway:
             return _error(401, "name a session: set the API key (Authorization: Bearer <session>) "
                                f"or the {SESSION_HEADER} header")  # fmt: skip
         try:
-            body = await request.json()
+            body = _loads(await request.body())
         except ValueError:
             return _error(400, "the body is not JSON")
         try:
@@ -227,7 +256,7 @@ class Gateway:
             return _error(500, f"generation failed: {type(exc).__name__}: {exc}")
         if req.stream:
             return StreamingResponse(self._sse(record, req), media_type="text/event-stream")
-        return JSONResponse(self._completion(record))
+        return _JSON(self._completion(record))
 
     # -- one call ----------------------------------------------------------------------------------
     async def complete(self, session: Session, req: ChatRequest) -> CallRecord:
@@ -236,9 +265,11 @@ class Gateway:
         base = session.base(req.messages, req.tools)
         if base is not None:
             prev, new = base
-            prompt = self.renderer.extend(prev.prompt_ids, prev.response_ids, new, req.tools)
+            prompt = self.renderer.extend(
+                prev.prompt_ids, prev.response_ids, new, req.tools, req.tools_key
+            )
         else:
-            prompt = self.renderer.full(req.messages, req.tools)
+            prompt = self.renderer.full(req.messages, req.tools, req.tools_key)
         cap = req.max_tokens or self.max_tokens
         if session.max_tokens is not None:
             cap = min(cap, session.max_tokens)
@@ -254,12 +285,20 @@ class Gateway:
             stop_token_ids=stop,
             seed=self.seed if seed is None else int(seed),
         )
+        calls = allowed_calls(req.tools, req.tool_choice, req.tool_name, self.syntax)
+        seqs = None if calls is None else [self.renderer.response_ids(c[2]) for c in calls]
         gen = await asyncio.wrap_future(
-            self.engine.submit(prompt, sampling, request_id, session.name)
+            self.engine.submit(prompt, sampling, request_id, session.name, seqs)
         )
         ids, logprobs, finish = list(gen.token_ids), list(gen.logprobs), gen.finish_reason
-        text, ids, logprobs, finish = self._stop_strings(ids, logprobs, finish, req.stop)
-        reply = read_reply(text, finish, req.tools, req.tool_choice, self.syntax)
+        if seqs is None:
+            text, ids, logprobs, finish = self._stop_strings(ids, logprobs, finish, req.stop)
+            reply = read_reply(text, finish, req.tools, req.tool_choice, self.syntax)
+            allowed = None
+        else:  # constrained: the response is one of the allowed calls (or cut at the cap)
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            reply = self._constrained_reply(ids, seqs, calls, text, finish, req)
+            allowed = allowed_per_position(seqs, ids)
         with session.lock:
             if session.closed:
                 raise SessionError(
@@ -273,17 +312,28 @@ class Gateway:
                 index=len(session.calls), prompt_ids=prompt, response_ids=ids, logprobs=logprobs,
                 policy_version=int(gen.extra.get("policy_version", self.version())),
                 engine_finish=finish, text=text, reply=reply, messages=req.messages,
-                tools=req.tools, extends=extends, reused=base is not None,
+                tools=req.tools, extends=extends, reused=base is not None, allowed=allowed,
                 latency_s=time.perf_counter() - t0,
                 request={"temperature": req.temperature, "top_p": req.top_p,
                          "max_tokens": req.max_tokens, "seed": req.seed,
-                         "tool_choice": req.tool_choice, "stop": list(req.stop)},
+                         "tool_choice": req.tool_choice, "tool_name": req.tool_name,
+                         "stop": list(req.stop)},
                 sampling={"seed": sampling.seed, "request_id": request_id,
                           "temperature": sampling.temperature, "top_p": sampling.top_p,
-                          "max_new_tokens": sampling.max_new_tokens},
+                          "max_new_tokens": sampling.max_new_tokens,
+                          "allowed_calls": None if calls is None else len(calls)},
             )  # fmt: skip
-            session.calls.append(record)
+            session.add(record)
         return record
+
+    def _constrained_reply(self, ids, seqs, calls, text, finish, req) -> Reply:
+        """The call whose allowed token sequence the response is; a response cut at the token
+        cap is text (``finish_reason`` length), as read from its text."""
+        for seq, (name, args, _) in zip(seqs, calls):
+            if tuple(ids) == seq:
+                return Reply(None, [Call(f"call_{uuid.uuid4().hex[:24]}", name, dict(args))],
+                             "tool_calls")  # fmt: skip
+        return read_reply(text, finish, req.tools, req.tool_choice, self.syntax)
 
     def _stop_strings(
         self, ids: list[int], logprobs: list[float], finish: str, stops: tuple[str, ...]
@@ -325,7 +375,7 @@ class Gateway:
 
         def chunk(delta: dict[str, Any], finish: str | None = None, **more: Any) -> str:
             choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-            return f"data: {json.dumps({**head, 'choices': [choice], **more})}\n\n"
+            return f"data: {_dumps({**head, 'choices': [choice], **more}).decode()}\n\n"
 
         yield chunk({"role": "assistant", "content": ""})
         if r.reply.content:
@@ -334,5 +384,5 @@ class Gateway:
             yield chunk({"tool_calls": [{"index": i, **call}]})
         yield chunk({}, r.reply.finish_reason)
         if req.include_usage:
-            yield f"data: {json.dumps({**head, 'choices': [], 'usage': self._usage(r)})}\n\n"
+            yield f"data: {_dumps({**head, 'choices': [], 'usage': self._usage(r)}).decode()}\n\n"
         yield "data: [DONE]\n\n"

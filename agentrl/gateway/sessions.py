@@ -57,6 +57,9 @@ class CallRecord:
     latency_s: float
     request: dict[str, Any] = field(default_factory=dict)  # the sampling the program asked for
     sampling: dict[str, Any] = field(default_factory=dict)  # what the engine got (seed, request id)
+    #: per response position, the token ids sampling was restricted to (``tool_choice`` enforced
+    #: over finite schemas, :mod:`agentrl.gateway.strict`); ``None``: the full vocabulary
+    allowed: list[list[int]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -74,6 +77,7 @@ class CallRecord:
             "latency_s": self.latency_s,
             "request": self.request,
             "sampling": self.sampling,
+            "allowed": self.allowed,
         }
 
 
@@ -134,6 +138,8 @@ class Session:
     prefix_breaks: int = 0
     submitted: int = 0  # calls sent to the engine so far (numbers their request ids)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    #: the latest call per dialogue it answered (its messages and its reply): :meth:`base`
+    _by_dialogue: dict[tuple[Message, ...], CallRecord] = field(default_factory=dict, repr=False)
 
     def next_request(self) -> int:
         """The number of the call being submitted (parallel calls get different ones)."""
@@ -143,18 +149,20 @@ class Session:
 
     def base(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]):
         """The latest call this one continues (its messages, then its reply unchanged, then new
-        non-assistant messages) and those new messages; ``None`` when there is none."""
-        for c in reversed(self.calls):
-            n = len(c.messages)
-            if (
-                len(messages) > n + 1
-                and tuple(tools) == c.tools
-                and tuple(messages[:n]) == c.messages
-                and messages[n] == c.reply.normalised()
-                and all(m.role != "assistant" for m in messages[n + 1 :])
-            ):
-                return c, list(messages[n + 1 :])
-        return None
+        non-assistant messages) and those new messages; ``None`` when there is none. Only the
+        request's last assistant message can be that reply, so one look-up finds the call."""
+        last = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
+        if last < 0 or last == len(messages) - 1:
+            return None
+        c = self._by_dialogue.get(tuple(messages[: last + 1]))
+        if c is None or c.tools != tuple(tools):
+            return None
+        return c, list(messages[last + 1 :])
+
+    def add(self, record: CallRecord) -> None:
+        """Record a call (under :attr:`lock`), findable by :meth:`base` from its dialogue."""
+        self.calls.append(record)
+        self._by_dialogue[(*record.messages, record.reply.normalised())] = record
 
     def extends(self, prompt_ids: Sequence[int]) -> bool:
         """Whether ``prompt_ids`` starts with the last call's prompt + response ids."""

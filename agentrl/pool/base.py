@@ -47,11 +47,14 @@ class EnvSpec:
 @dataclass(frozen=True)
 class ResetSpec:
     """How to start one episode: ``reset(seed=seed, options=options)``; ``group`` ties the N
-    rollouts of one task together."""
+    rollouts of one task together. ``opponent`` is for the episode loop's policy, never sent to
+    the env: a frozen earlier policy plays the seats other than the learner's
+    (``rollout.opponents``' ``pool``; :mod:`agentrl.rollout.opponents`)."""
 
     group: int
     seed: int | None = None
     options: dict[str, Any] | None = None
+    opponent: dict[str, Any] | None = None
 
 
 EnvFn = Callable[[], gym.Env]

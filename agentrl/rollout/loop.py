@@ -243,12 +243,17 @@ def run_episodes(
     stats: RolloutStats | None = None,
     step_sync: Callable[[int], tuple[int, bool]] | None = None,
     on_episode: Callable[[int, EpisodeResult], None] | None = None,
+    opponents: Any = None,
 ) -> list[EpisodeResult]:
     """Play ``len(resets)`` episodes on envs ``0..len(resets)-1`` of ``pool``, all at once, with
     :class:`ModelPolicy`; ``step_sync`` is :func:`~agentrl.episodes.play_episodes`'s;
-    ``on_episode(k, result)`` sees episode ``k`` (its index in ``resets``) as soon as it ends."""
+    ``on_episode(k, result)`` sees episode ``k`` (its index in ``resets``) as soon as it ends.
+    ``opponents`` (an :class:`~agentrl.rollout.opponents.OpponentPool`) plays the other seats of
+    the games whose reset spec draws a pool opponent (``ResetSpec.opponent``)."""
     stats = stats if stats is not None else RolloutStats()
-    policy = ModelPolicy(backend, builder, fmt, sampling, constrained=constrained, stats=stats)
+    policy: Any = ModelPolicy(backend, builder, fmt, sampling, constrained=constrained, stats=stats)
+    if opponents is not None:
+        policy = opponents.wrap(policy)
     return play_episodes(
         pool,
         policy,

@@ -75,6 +75,9 @@ class EpisodeRunner:
         self.tokenizer, self.settings = tokenizer, settings
         #: live counts of what :meth:`play` generates and finishes (the progress line)
         self.activity: Activity | None = None
+        #: frozen earlier policies for the other seats of pool games (``rollout.opponents``;
+        #: :class:`agentrl.rollout.opponents.OpponentPool`), or ``None``
+        self.opponents: Any = None
 
     def sampling(self, temperature: float, seed: int | None) -> SamplingParams:
         """The sampling parameters of one chunk (stop at the tokenizer's end-of-sequence)."""
@@ -132,6 +135,7 @@ class EpisodeRunner:
                 on_episode=None
                 if on_episode is None
                 else (lambda k, ep, start=start: on_episode(start + k, ep)),
+                opponents=self.opponents,
             )
             episodes += chunk
             if on_chunk is not None:

@@ -12,9 +12,11 @@ import numpy as np
 from .. import credit
 from .. import distributed as D
 from ..config import TrainConfig
+from ..evaluation.games import opponent_of
 from ..evaluation.tasks import eval_resets, make_tasks
 from ..learner import Learner
 from ..rollout import EpisodeResult, EpisodeRunner, ResetSpec, RolloutStats, chunk_seed
+from ..rollout.opponents import draw_opponents
 from .data_parallel import local_share, lockstep, play_as_one_process
 from .dynamic_sampling import sample_informative
 from .summary import peak_cuda_mb, peak_rss_mb
@@ -51,7 +53,8 @@ def train_resets(
     salt: tuple[int, ...] = (),
 ) -> list[ResetSpec]:
     """Iteration ``it``'s tasks: ``tasks_per_iter`` groups of ``group_size`` identical resets,
-    drawn from ``(seed, it)`` alone (a resumed run draws the same tasks). Dynamic sampling's
+    drawn from ``(seed, it)`` alone (a resumed run draws the same tasks), and with
+    ``rollout.opponents`` each game's opponent (:func:`~agentrl.rollout.opponents.draw_opponents`). Dynamic sampling's
     extra draws (``draw`` >= 1) take ``n_groups`` more from ``(seed, it, draw, *salt)``, numbered
     from group ``first_group`` of the iteration (``salt``: a rank drawing its own extras)."""
     r, e = cfg.rollout, cfg.env
@@ -65,6 +68,8 @@ def train_resets(
             tid = train_ids[int(rng.integers(len(train_ids)))]
             spec = ResetSpec(group, seed=None, options={"task_id": tid})
         resets += [spec] * r.group_size
+    if r.opponents:  # who plays the other seats, per game (docs/envs/multi-agent.md)
+        resets = draw_opponents(resets, r.opponents, cfg.seed, it, upto=it - r.staleness)
     return resets
 
 
@@ -198,7 +203,7 @@ def train_row(
 ) -> dict:
     """The ``metrics.jsonl`` row of training iteration ``it`` (``extra``: more metrics)."""
     won = np.array([ep.won for ep in eps], dtype=float)
-    steps = [s for ep in eps for s in ep.steps]
+    steps = [s for ep in eps for s in ep.steps if s.agent not in ep.frozen]  # the learner's
     row: dict[str, Any] = {
         "iteration": it + 1,
         "step": it + 1,
@@ -228,6 +233,7 @@ def train_row(
         "mem/peak_rss_mb": peak_rss_mb(),
     }
     row.update({k: float(v) for k, v in stats.counters.items()})  # a rollout source's own counts
+    row.update(opponent_counts(eps))
     cuda_mb = peak_cuda_mb()
     if cuda_mb is not None:
         row["mem/peak_cuda_mb"] = cuda_mb
@@ -238,3 +244,16 @@ def train_row(
         if isinstance(v, int | float) and not isinstance(v, bool):
             row[f"credit/{k}"] = float(v)
     return row
+
+
+def opponent_counts(eps: list[EpisodeResult]) -> dict[str, float]:
+    """Multi-agent games per opponent, ``opponents/<name>_games`` (``self``, ``pool``, a bot
+    spec), read from the task ids (``pool:3@1#7`` -> ``pool``); nothing for single-agent envs."""
+    counts: dict[str, float] = {}
+    for ep in eps:
+        if not ep.agent_return:
+            continue
+        name = "pool" if ep.task_id.startswith("pool:") else opponent_of(ep.task_id)
+        key = f"opponents/{name}_games"
+        counts[key] = counts.get(key, 0.0) + 1.0
+    return counts

@@ -22,6 +22,7 @@ from ..config import ConfigError, TrainConfig
 from ..credit import token_shapers
 from ..credit.synthetic import random_batch
 from ..envs import contract
+from ..envs.multiagent import is_multiagent
 from ..envs.tools import tool, tools_problem
 from ..methods import DEFAULT_FORMAT, action_format, format_hook, trainer_hooks
 from ..methods.registry import TOOL_FORMAT, resolve_tool_syntax
@@ -349,6 +350,8 @@ def _env(cfg: TrainConfig) -> list[str]:
                     f"rollout.action_format=tool_call: env {e.id} has no usable tool "
                     f"declaration in its reset info ({problem}; see docs/envs/contract.md)"
                 )
+        if cfg.rollout.opponents:
+            problems += _opponents(cfg, env, info)
         for key, split in (("env.eval_split", e.eval_split), ("env.train_tasks", e.train_tasks)):
             if split is None or (key == "env.train_tasks" and split == "seeds"):
                 continue
@@ -361,6 +364,34 @@ def _env(cfg: TrainConfig) -> list[str]:
                 problems.append(f"{key}={split!r}: the split lists no tasks")
     finally:
         env.close()
+    return problems
+
+
+def _opponents(cfg: TrainConfig, env: Any, info: dict) -> list[str]:
+    """``rollout.opponents``: a multi-agent env whose training games are drawn by seed, no second
+    opponent setting, and every bot named one the env plays (a reset with it, as training does)."""
+    e, key = cfg.env, "rollout.opponents"
+    if not is_multiagent(info):
+        return [f"{key} needs a multi-agent env (its info names the agents); {e.id} is not one"]
+    if e.train_tasks != "seeds":
+        return [f"{key} draws an opponent per training game from its seed: it needs "
+                f"env.train_tasks=seeds, got {e.train_tasks!r}"]  # fmt: skip
+    if e.kwargs.get("opponent") not in (None, "self", ["self"]):
+        return [f"{key} replaces env.kwargs.opponent={e.kwargs['opponent']!r} in training games: "
+                "set only one of them"]  # fmt: skip
+    problems = []
+    for name in cfg.rollout.opponents:
+        if name in ("self", "pool"):
+            continue
+        try:
+            _obs, bot_info = env.reset(seed=0, options={"opponent": name})
+        except Exception as exc:  # noqa: BLE001 - the env's own words on the spec
+            problems.append(f"{key}: {name!r}: {_line(exc)}")
+            continue
+        seats = bot_info.get("seats")
+        if not isinstance(seats, list) or len(seats) >= len(bot_info.get("agents") or ()):
+            problems.append(f"{key}: {name!r}: {e.id} plays no seat itself with "
+                            "reset(options={'opponent': ...}) (use self or pool)")  # fmt: skip
     return problems
 
 

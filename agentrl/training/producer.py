@@ -75,8 +75,10 @@ import torch
 
 from .. import distributed as D
 from ..backends.base import Generation, SamplingParams
-from ..config import TrainConfig
+from ..config import ConfigError, TrainConfig
 from ..rollout import EpisodeResult, RolloutStats, chunk_seed
+from ..rollout.opponents import POOL, OpponentPool
+from .checkpoint import complete_checkpoints, find_checkpoint, load_checkpoint
 from .data_parallel import local_share
 from .engine_sync import sync_engine
 from .iteration import filter_groups, play_iteration, train_resets
@@ -114,8 +116,14 @@ class SyncRollouts:
             model,
         )
 
+    #: frozen earlier policies (rollout.opponents' pool), offered every published version
+    opponents: OpponentPool | None = None
+
     def start(self, it: int, history: dict[int, dict] | None = None) -> None:
-        """Nothing runs ahead."""
+        """Nothing runs ahead; the opponent pool (if any) may take the starting weights."""
+        if self.opponents is not None:
+            refill_pool(self.opponents, self.cfg.trainer.resume, it)
+            self.opponents.offer(it)
 
     def rollout_state(self) -> dict[int, dict]:
         """Nothing to keep: iteration ``it`` samples with version ``it``."""
@@ -131,6 +139,8 @@ class SyncRollouts:
         """The learner's new weights into the engine; the sync's metrics (seconds, bytes)."""
         if self.engine_model is not None:  # torchrun: full weights into the engine's copy
             self.learner.sync_to(self.engine_model)
+        if self.opponents is not None:
+            self.opponents.offer(version)
         return sync_engine(self.cfg, self.backend, self.engine_model or self.model)
 
     def paused(self) -> contextlib.AbstractContextManager:
@@ -179,7 +189,12 @@ class Batch:
 
 def oldest_version(group: Sequence[EpisodeResult]) -> int | None:
     """The policy version of a group's oldest sampled token (``None``: no token)."""
-    versions = [s.policy_version for ep in group for s in ep.steps if s.response_ids]
+    versions = [
+        s.policy_version
+        for ep in group
+        for s in ep.steps
+        if s.response_ids and s.agent not in ep.frozen  # a frozen opponent's are never trained
+    ]
     return min(versions) if versions else None
 
 
@@ -292,6 +307,9 @@ class _VersionedBackend:
     ) -> list[Generation]:
         self.producer._between_calls()
         gens = self.backend.generate(prompts, sampling, allowed)
+        if self.producer.in_flight:  # the engine's own per-token labels, as learner versions
+            self.producer._relabel(gens)
+            return gens
         v = self.producer.engine_version
         for g in gens:
             g.extra["policy_version"] = v
@@ -331,6 +349,11 @@ class Producer:
         self.cfg, self.train_ids, self.learner = cfg, train_ids, learner
         self.k, self.partial = int(r.staleness), bool(r.partial_rollouts)
         self.backend, self.engine_model = backend, engine_model
+        # an engine whose syncs keep requests in flight (a fleet in keep mode): the learner's
+        # thread pushes each version at once, mid-call, and replies label their tokens
+        self.in_flight = self.partial and bool(getattr(backend, "keep_in_flight", False))
+        self._apply_lock = threading.Lock()  # one load at a time (learner or producer thread)
+        self._labels: dict[int, int] = {}  # in flight: the engine's version label -> version
         self.runner = copy.copy(runner)  # the same pool, prompt and format; a versioned engine
         self.runner.backend = _VersionedBackend(backend, self)
         self._play = play or self._play_batch
@@ -348,6 +371,7 @@ class Producer:
         self._thread: threading.Thread | None = None
         self.start_it = 0
         self.idle_s = 0.0  # the producer's waiting since the learner's last take
+        self.opponents: OpponentPool | None = None  # rollout.opponents' pool, offered each version
 
     # -- the learner's side ------------------------------------------------------------------
     def start(self, it: int, history: dict[int, dict] | None = None) -> None:
@@ -358,6 +382,8 @@ class Producer:
         partial rollouts) they use version ``it``."""
         self.start_it = it
         self.floor = it
+        if self.opponents is not None:
+            refill_pool(self.opponents, self.cfg.trainer.resume, it)
         if history and not self.partial:
             have = {int(v): w for v, w in history.items() if max(it - self.k, 0) <= int(v) < it}
             while self.floor - 1 in have:  # the contiguous versions just before it
@@ -375,6 +401,8 @@ class Producer:
         """Hand the producer the learner's weights as ``version`` (a copy; returns at once; the
         producer's engine syncs are not timed into the learner's rows: ``{}``)."""
         weights = self._snapshot()
+        if self.opponents is not None:  # the same copy (never written to) in the pool
+            self.opponents.offer(version, weights)
         with self.cond:
             self.weights[version] = weights
             if not self.partial:  # what a checkpoint needs to resume exactly
@@ -386,6 +414,8 @@ class Producer:
                 for v in [v for v in self.weights if v < version]:
                     del self.weights[v]
             self.cond.notify_all()
+        if self.in_flight and self._thread is not None:  # into the engine now, mid-call
+            self._apply(version)
         return {}
 
     def take(self, it: int) -> tuple[list[EpisodeResult], dict[str, float], RolloutStats]:
@@ -405,6 +435,7 @@ class Producer:
             for g in groups
             for ep in g
             for s in ep.steps
+            if s.agent not in ep.frozen
             for _ in s.response_ids
         ]
         with self.cond:
@@ -526,14 +557,31 @@ class Producer:
     def _apply(self, version: int) -> None:
         """Load published ``version`` into the engine (no-op when it holds it already); with
         partial rollouts always the newest (publishing drops the older ones)."""
-        with self.cond:
-            if self.partial:
-                version = self.latest
-            if version == self.engine_version:
-                return
-            weights = self.weights[version]
-        self._load(weights)
-        self.engine_version = version
+        with self._apply_lock:
+            with self.cond:
+                if self.partial:
+                    version = self.latest
+                if version == self.engine_version:
+                    return
+                weights = self.weights[version]
+            self._load(weights)
+            self.engine_version = version
+            if self.in_flight:
+                self._labels[int(self.backend.version)] = version
+
+    def _relabel(self, gens: list[Generation]) -> None:
+        """In flight: each token's engine label as the learner's version; a generation's
+        version is its oldest token's (what the staleness bound reads)."""
+        with self._apply_lock:  # a sync under way has recorded its label once it returns
+            for g in gens:
+                labels = g.extra.get("token_versions") or [g.extra.get("policy_version", -1)]
+                try:
+                    versions = [self._labels[int(v)] for v in labels]
+                except KeyError as exc:
+                    raise ProducerError(f"the engine sampled with weights labelled {exc}, "
+                                        "which this producer never loaded") from None  # fmt: skip
+                g.extra["token_versions"] = versions
+                g.extra["policy_version"] = min(versions)
 
     def _load_weights(self, weights: dict) -> None:
         load_snapshot(self.engine_model, weights)
@@ -619,9 +667,54 @@ def _dynamic_metrics(metrics: dict[str, float], group_size: int) -> dict[str, fl
 
 
 def make_rollouts(cfg: TrainConfig, parts: Any) -> SyncRollouts | Producer:
-    """The iteration's episode source ``rollout.staleness`` asks for (see the module docstring)."""
+    """The iteration's episode source ``rollout.staleness`` asks for (see the module docstring),
+    with an opponent pool when ``rollout.opponents`` draws ``pool``."""
     p = parts
+    pool = opponent_pool(cfg, p)
+    p.runner.opponents = pool  # the producer's copy of the runner shares it
     if cfg.rollout.staleness == 0:
-        return SyncRollouts(cfg, p.train_ids, p.runner, p.learner, p.backend, p.engine_model,
-                            p.model)  # fmt: skip
-    return Producer(cfg, p.train_ids, p.runner, p.learner, p.backend, p.engine_model)
+        source: SyncRollouts | Producer = SyncRollouts(
+            cfg, p.train_ids, p.runner, p.learner, p.backend, p.engine_model, p.model
+        )
+    else:
+        source = Producer(cfg, p.train_ids, p.runner, p.learner, p.backend, p.engine_model)
+    source.opponents = pool
+    return source
+
+
+def opponent_pool(cfg: TrainConfig, parts: Any) -> OpponentPool | None:
+    """The pool of frozen earlier policies ``rollout.opponents`` plays against (``None`` when it
+    draws no ``pool``): a frozen copy of the policy on a transformers engine; the rollout source
+    offers it every version it publishes (:meth:`OpponentPool.offer` keeps the due ones)."""
+    r = cfg.rollout
+    if not r.opponents or not float(r.opponents.get(POOL, 0.0)) > 0:
+        return None
+    if D.is_distributed():
+        raise ConfigError("invalid config: rollout.opponents: pool plays in one process only "
+                          "(not under torchrun)")  # fmt: skip
+    return OpponentPool(
+        parts.model,
+        parts.tokenizer,
+        every=r.opponent_pool.every,
+        size=r.opponent_pool.size,
+        extra=r.staleness + 1 if r.staleness else 0,
+        max_batch_size=r.max_batch_size,
+        max_batch_tokens=r.max_batch_tokens,
+        seed=cfg.seed,
+    )
+
+
+def refill_pool(pool: OpponentPool, resume: str | None, start: int) -> list[int]:
+    """A resumed run's opponent pool: the versions before ``start`` it would hold that the run's
+    checkpoints keep (their learner state is the trainable tensors of that version), so a run
+    resumed with those checkpoints draws the opponents the uninterrupted run draws. Returns the
+    versions loaded (none for a fresh run)."""
+    if not resume or start == 0:
+        return []
+    root = find_checkpoint(resume).parent.parent  # <run>/checkpoints
+    due = [int(d.name[5:]) for d in complete_checkpoints(root)]
+    due = [v for v in due if v < start and v % pool.every == 0][-pool.keep :]
+    for v in due:
+        state = load_checkpoint(root / f"iter_{v:06d}" / "state.pt")
+        pool.offer(v, state["learner"]["model"])
+    return due

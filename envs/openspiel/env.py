@@ -8,7 +8,9 @@ the agentrl info keys per agent, and seats played by OpenSpiel's own bots (:mod:
 
 Tasks: ``reset(seed=s)`` is a training game: chance (cards, dice) drawn from ``s``, and every
 seat played by the caller (self-play), or, with ``opponent`` set, seat ``s % players`` played by
-the caller and the others by that bot. ``task_ids("test")`` lists held-out games against each of
+the caller and the others by that bot; ``reset(seed=s, options={"opponent": spec})`` plays it
+against ``spec`` (a bot spec, or ``"self"``) instead of the env's own draw (the trainer's
+``rollout.opponents``). ``task_ids("test")`` lists held-out games against each of
 ``eval_opponents``, the caller's seat alternating; an id is ``"<opponent>@<seat>#<seed>"``
 (``"self#<seed>"`` for self-play) and ``reset(options={"task_id": id})`` replays it.
 
@@ -182,8 +184,12 @@ class OpenSpielEnv(TextEnv):
         task_id = (options or {}).get("task_id")
         if task_id is None:
             s = int(seed) if seed is not None else int(self.np_random.integers(0, 2**31 - 1))
-            pick = np.random.default_rng([s, 1]).integers(len(self.opponents))
-            spec = self.opponents[int(pick)]
+            chosen = (options or {}).get("opponent")
+            if chosen is None:  # the env's own draw from ``opponent``
+                pick = np.random.default_rng([s, 1]).integers(len(self.opponents))
+                spec = self.opponents[int(pick)]
+            else:  # the caller's choice (the trainer's rollout.opponents)
+                spec = None if chosen == "self" else str(chosen)
             task_id = f"self#{s}" if spec is None else f"{spec}@{s % self.n}#{s}"
         spec, seat, s = self._parse_task(str(task_id))
         self.task_id = str(task_id)

