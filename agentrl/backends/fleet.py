@@ -64,7 +64,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,7 +74,8 @@ import torch
 
 from .. import distributed as D
 from .base import BackendError, Generation, SamplingParams
-from .fleet_transfer import HTTPClient, TransferError, open_sender, send, state_source
+from .fleet_lora import merged_state, wire_adapter
+from .fleet_transfer import BACKEND, HTTPClient, TransferError, open_sender, send, state_source
 from .remote import quiet_http_logs
 from .trie import ALLOWED_KEY, Trie, leaf_only_tokens, trie_prefix
 from .vllm_server import MEMBER_ENV, member_command, member_transfer
@@ -839,14 +840,35 @@ class FleetBackend:
     def update_weights(self, state_dict: Mapping[str, Any]) -> None:
         """The learner's weights into every live server through vLLM's weight-transfer API;
         the fleet's version goes up by one (the label every server reports)."""
+        # every tensor travels, a tied LM head too: leaving it out (it shares the embedding's
+        # storage) left the servers sampling with the old embedding (the parity test caught it)
+        self._push(lambda: self._source.set(dict(checkpoint_items(state_dict))))
+
+    def update_adapter(
+        self,
+        tensors: Mapping[str, torch.Tensor],
+        config: Any,
+        base: Callable[[], Mapping[str, torch.Tensor]],
+    ) -> None:
+        """A LoRA run's sync: only the adapter (PEFT's tensors and ``LoraConfig``) travels, and
+        each server merges it into the base weights it keeps (:mod:`.fleet_lora`); ``base()``
+        (the unmerged base weights) is sent once, to a server that lacks it (a relaunched one
+        too). With vLLM's NCCL engine the merged weights are sent whole."""
+        adapter = wire_adapter(tensors, config)
+        if self.transfer != BACKEND:
+            self.update_weights(merged_state(checkpoint_items(base()), adapter))
+            return
+        self._push(lambda: self._source.set_lora(adapter, lambda: dict(checkpoint_items(base()))))
+
+    def _push(self, set_source: Callable[[], None]) -> None:
+        """``set_source()`` fills the source, whose tensors go into every live server; the
+        fleet's version goes up by one."""
         self._check_open()
         if not self.sender:
             self._await_version(self.version + 1)
             return
-        # every tensor travels, a tied LM head too: leaving it out (it shares the embedding's
-        # storage) left the servers sampling with the old embedding (the parity test caught it)
         with self._sync_lock:  # a restarting server pushes after (or before) this sync
-            self._source.set(dict(checkpoint_items(state_dict)))
+            set_source()
             version = self.version + 1
             live = [s for s in self.servers if s.alive]
             t0 = time.perf_counter()
@@ -865,8 +887,11 @@ class FleetBackend:
                                  f"failed: {err}")  # fmt: skip
             self.version = version
         self.last_sync_seconds = time.perf_counter() - t0
-        self.last_sync_bytes = sum(int(v.numel() * v.element_size())
-                                   for v in self._source.state.values())  # fmt: skip
+        # the bytes one server got (a LoRA run's first sync to a server carries its base too)
+        sent = [int(getattr(s.sender, "last_bytes", 0) or 0) for s in live]
+        self.last_sync_bytes = max(sent, default=0) or sum(  # vLLM's engines do not count
+            int(v.numel() * v.element_size()) for v in self._source.state.values()
+        )
 
     def _await_version(self, version: int) -> None:
         """Not the sender: wait (``request_timeout`` at most) until every live server holds

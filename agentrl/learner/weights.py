@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["AdapterWeights", "adapter_weights", "policy_state_dict"]
+__all__ = ["AdapterWeights", "adapter_weights", "base_state_dict", "policy_state_dict"]
 
 
 @torch.no_grad()
@@ -31,6 +31,16 @@ def policy_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
         return out
     finally:
         model.unmerge_adapter()
+
+
+@torch.no_grad()
+def base_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The frozen base weights of a peft (LoRA) model, adapters left out, as the base
+    architecture names them (what a fleet server merges the adapter into)."""
+    if not hasattr(model, "peft_config"):
+        raise ValueError("base_state_dict needs a peft (LoRA) model; use policy_state_dict")
+    return {k.replace(".base_layer.", "."): v.detach()
+            for k, v in model.get_base_model().state_dict().items() if "lora_" not in k}  # fmt: skip
 
 
 @dataclass

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import TrainConfig
-from ..learner.weights import adapter_weights, policy_state_dict
+from ..learner.weights import adapter_weights, base_state_dict, policy_state_dict
 
 __all__ = ["adapter_rank", "sync_engine"]
 
@@ -21,13 +21,17 @@ def adapter_rank(cfg: TrainConfig) -> int | None:
 
 def sync_engine(cfg: TrainConfig, backend: Any, policy: Any) -> dict[str, float]:
     """Send the policy's weights into an engine that holds its own copy (vLLM): the LoRA adapter
-    alone (:func:`adapter_rank`) or the full (merged) weights. Returns the sync's metrics (its
-    seconds and bytes); the hf engine samples from the learner's own model: nothing to send."""
+    alone (:func:`adapter_rank`; to a fleet always, its servers merge it) or the full (merged)
+    weights. Returns the sync's metrics (its seconds and bytes); the hf engine samples from the
+    learner's own model: nothing to send."""
     if cfg.rollout.backend == "hf":
         return {}
     if adapter_rank(cfg) is not None:
         a = adapter_weights(policy)
         backend.update_adapter(a.tensors, a.config)
+    elif cfg.rollout.backend == "fleet" and cfg.model.lora.enabled:  # the servers merge it
+        a = adapter_weights(policy)
+        backend.update_adapter(a.tensors, a.config, base=lambda: base_state_dict(policy))
     else:
         backend.update_weights(policy_state_dict(policy))
     out = {}
