@@ -40,6 +40,7 @@ from vllm_tiny import build_tiny_model, hf_logprobs  # noqa: E402
 from agentrl.backends.base import SamplingParams  # noqa: E402
 from agentrl.backends.fleet import FleetBackend, FleetError  # noqa: E402
 from agentrl.backends.vllm_engine import VLLMBackend  # noqa: E402
+from agentrl.backends.vllm_server import member_placement  # noqa: E402
 from agentrl.backends.weight_names import checkpoint_items  # noqa: E402
 from agentrl.config import TrainConfig  # noqa: E402
 from agentrl.learner.weights import adapter_weights, base_state_dict  # noqa: E402
@@ -201,6 +202,56 @@ def test_a_lora_sync_sends_the_adapter_only(fleet):
         assert g.token_ids == logits.argmax(-1).tolist()
         ref = hf_logprobs(merged, p, g.token_ids)
         assert max(abs(x - y) for x, y in zip(g.logprobs, ref, strict=True)) < 1e-4
+
+
+def _bound_cores(proc: psutil.Process) -> set[frozenset[int]]:
+    """The core sets the threads of ``proc``'s tree are pinned to (fewer than all cores)."""
+    every = frozenset(os.sched_getaffinity(0))
+    pinned = set()
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            tids = [t.id for t in p.threads()]
+        except psutil.Error:
+            continue
+        for tid in tids:
+            try:
+                cores = frozenset(os.sched_getaffinity(tid))
+            except OSError:
+                continue
+            if cores != every:
+                pinned.add(cores)
+    return pinned
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to split")
+def test_launched_servers_compute_on_their_own_cores(fleet):
+    """vLLM's automatic binding would put both servers' threads on the same core."""
+    cores = sorted(os.sched_getaffinity(0))
+    for i, s in enumerate(fleet.servers[:2]):
+        want = member_placement(i, 2, gpus=[], cores=cores, environ={})
+        mine = frozenset(int(c) for c in want["VLLM_CPU_OMP_THREADS_BIND"].split(","))
+        pinned = _bound_cores(psutil.Process(s.proc.pid))
+        assert pinned and all(p <= mine for p in pinned), (i, pinned, mine)
+
+
+def test_member_placement_by_hand():
+    cpu = [member_placement(i, 2, gpus=[], cores=[0, 1], environ={}) for i in range(2)]
+    assert cpu == [{"VLLM_CPU_OMP_THREADS_BIND": "0"}, {"VLLM_CPU_OMP_THREADS_BIND": "1"}]
+    seven = [member_placement(i, 3, gpus=[], cores=range(7), environ={}) for i in range(3)]
+    assert [p["VLLM_CPU_OMP_THREADS_BIND"] for p in seven] == ["0,1,2", "3,4", "5,6"]
+    assert member_placement(2, 3, gpus=[], cores=[4, 5], environ={}) == {
+        "VLLM_CPU_OMP_THREADS_BIND": "4"
+    }  # more servers than cores: in turn
+    assert member_placement(0, 1, gpus=[], cores=[0, 1], environ={}) == {}  # vLLM's own
+    user = {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+    assert member_placement(1, 2, gpus=[], cores=[0, 1], environ=user) == {}
+    gpus = ["0", "1", "2"]  # the trainer on GPU 0: the servers take 1 and 2 in turn
+    assert [member_placement(i, 3, gpus=gpus, cores=[])["CUDA_VISIBLE_DEVICES"]
+            for i in range(3)] == ["1", "2", "1"]  # fmt: skip
+    assert member_placement(1, 2, gpus=["3"], cores=[]) == {"CUDA_VISIBLE_DEVICES": "3"}
+    assert member_placement(0, 1, gpus=["0", "1", "2", "3"], cores=[], trainer_gpus=2) == {
+        "CUDA_VISIBLE_DEVICES": "2"
+    }  # two local ranks hold GPUs 0 and 1
 
 
 def test_a_conversation_stays_on_its_server(fleet):

@@ -78,7 +78,7 @@ from .fleet_lora import merged_state, wire_adapter
 from .fleet_transfer import BACKEND, HTTPClient, TransferError, open_sender, send, state_source
 from .remote import quiet_http_logs
 from .trie import ALLOWED_KEY, Trie, leaf_only_tokens, trie_prefix
-from .vllm_server import MEMBER_ENV, member_command, member_transfer
+from .vllm_server import MEMBER_ENV, member_command, member_placement, member_transfer
 from .weight_names import checkpoint_items
 
 __all__ = ["FleetBackend", "FleetError", "Server"]
@@ -156,6 +156,16 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def _visible_gpus() -> list[str]:
+    """The GPUs this process may use, as ``CUDA_VISIBLE_DEVICES`` names them ([] on CPU)."""
+    if not torch.cuda.is_available():
+        return []
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed:
+        return [g.strip() for g in listed.split(",") if g.strip()]
+    return [str(g) for g in range(torch.cuda.device_count())]
+
+
 @dataclass
 class Server:
     """One member of the fleet, as the trainer sees it."""
@@ -174,6 +184,7 @@ class Server:
     restarting: bool = False  # its process died: being launched again (out of the rotation)
     starts: int = 0  # launches so far (a request that failed on one launch may use the next)
     aborted: int = 0  # timed-out requests it acknowledged aborting
+    env: dict[str, str] = field(default_factory=dict)  # launched here: its placement (GPU, cores)
     client: HTTPClient = field(init=False)
 
     def __post_init__(self) -> None:
@@ -388,6 +399,8 @@ class FleetBackend:
         extra: list[str],
     ) -> None:
         self._logdir = Path(tempfile.mkdtemp(prefix="agentrl-fleet-"))
+        gpus = _visible_gpus()
+        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         for i in range(n):
             port = free_port()
             cmd = member_command(
@@ -406,8 +419,10 @@ class FleetBackend:
                     *extra,
                 ],
             )
+            env = member_placement(i, n, gpus=gpus, cores=cores,
+                                   trainer_gpus=int(os.environ.get("LOCAL_WORLD_SIZE", "1")))  # fmt: skip
             server = Server(f"http://127.0.0.1:{port}", log_path=self._logdir / f"server{i}.log",
-                            cmd=cmd)  # fmt: skip
+                            cmd=cmd, env=env)  # fmt: skip
             self.servers.append(server)
             self._start(server)
         log.info("fleet: %d vLLM servers starting (logs in %s)", n, self._logdir)
@@ -422,7 +437,7 @@ class FleetBackend:
                 raise FleetError(f"fleet server {s.url}: the fleet is closed")
             with open(s.log_path, "a") as out:
                 s.proc = subprocess.Popen(s.cmd, stdout=out, stderr=subprocess.STDOUT,
-                                          env={**os.environ, **MEMBER_ENV},
+                                          env={**os.environ, **MEMBER_ENV, **s.env},
                                           start_new_session=True,
                                           preexec_fn=_die_with_parent)  # fmt: skip
             s.starts += 1

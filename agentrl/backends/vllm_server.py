@@ -6,8 +6,9 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ __all__ = [
     "TRIE_PROCESSOR",
     "ServeError",
     "member_command",
+    "member_placement",
     "member_transfer",
     "model_folder",
     "server_command",
@@ -27,6 +29,41 @@ TRIE_PROCESSOR = "agentrl.backends.vllm_trie:TrieLogitsProcessor"
 #: The environment a fleet member runs with: vLLM's RL routes are its "dev mode" routes.
 MEMBER_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 CPU_KV_BYTES = 1 << 30
+
+
+def member_placement(
+    i: int,
+    n: int,
+    *,
+    gpus: Sequence[str],
+    cores: Sequence[int],
+    trainer_gpus: int = 1,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment that places launched server ``i`` of ``n`` on its own device.
+
+    With GPUs visible (``gpus``: their ids as ``CUDA_VISIBLE_DEVICES`` names them) each server
+    sees one GPU: those after the trainer's first ``trainer_gpus`` (one per local rank) in turn,
+    or all of them in turn where the trainer holds every one (servers then share a GPU with it).
+    On CPU, two or more servers get disjoint slices of ``cores`` through vLLM's
+    ``VLLM_CPU_OMP_THREADS_BIND`` (otherwise vLLM's automatic binding puts every server's
+    threads on the same cores, and they compute one after the other); a single server, or a
+    binding the user set, is left to vLLM.
+    """
+    environ = os.environ if environ is None else environ
+    if gpus:
+        free = list(gpus[trainer_gpus:]) or list(gpus)
+        return {"CUDA_VISIBLE_DEVICES": str(free[i % len(free)])}
+    if n < 2 or not cores or "VLLM_CPU_OMP_THREADS_BIND" in environ:
+        return {}
+    cores = sorted(cores)
+    if n >= len(cores):
+        mine = [cores[i % len(cores)]]
+    else:
+        base, extra = divmod(len(cores), n)
+        start = i * base + min(i, extra)
+        mine = cores[start : start + base + (i < extra)]
+    return {"VLLM_CPU_OMP_THREADS_BIND": ",".join(str(c) for c in mine)}
 
 
 class ServeError(ValueError):
