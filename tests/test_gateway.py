@@ -280,6 +280,25 @@ def test_bad_requests_get_a_clear_4xx(gateway):
     assert r.status_code == 400 and "reward must be a finite number" in r.json()["error"]["message"]
 
 
+def test_web_pages_foreign_hosts_big_bodies_and_big_caps_are_refused(gateway):
+    """What one client may cost: no web page or rebound DNS name reaches it, a body is bounded,
+    and so is the response cap a call asks for."""
+    url = f"{gateway.base_url}/chat/completions"
+    auth = {"Authorization": "Bearer guard"}
+    r = httpx.post(url, json={"messages": MSGS}, headers={**auth, "Origin": "https://evil.example"})
+    assert r.status_code == 403 and "web pages" in r.json()["error"]
+    r = httpx.post(url, json={"messages": MSGS}, headers={**auth, "Host": "evil.example"})
+    assert r.status_code == 403 and "not a name of this server" in r.json()["error"]
+    big = b'{"messages": [{"role": "user", "content": "' + b"x" * gateway.max_body + b'"}]}'
+    r = httpx.post(url, content=big, headers={**auth, "Content-Type": "application/json"})
+    assert r.status_code == 413
+    with pytest.raises(openai.BadRequestError, match="max_tokens may be at most 8192"):
+        client(gateway, "guard").chat.completions.create(
+            model="x", messages=MSGS, max_tokens=gateway.max_tokens_limit + 1
+        )
+    assert gateway.sessions.get("guard", create=True).calls == []  # nothing reached the engine
+
+
 def test_a_session_header_overrides_the_key_and_the_reward_is_posted(gateway):
     c = openai.OpenAI(base_url=gateway.base_url, api_key="k", max_retries=0,
                       default_headers={"X-Session-Id": "by-header"})  # fmt: skip
@@ -289,6 +308,15 @@ def test_a_session_header_overrides_the_key_and_the_reward_is_posted(gateway):
     assert r.status_code == 200
     s = httpx.get(f"{gateway.base_url}/sessions/by-header").json()
     assert s["reward"] == 1.0 and len(s["calls"]) == 1 and s["calls"][0]["response_ids"]
+
+
+def _train_rows(out, overrides):
+    """Train the composed config into ``out``: its summary and its train rows."""
+    with initialize_config_module("agentrl.configs", version_base=None):
+        raw = compose("train", overrides=overrides)
+    summary = train(load_config(raw), out)
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    return summary, [r for r in rows if r.get("phase") == "train"]
 
 
 def test_an_openai_sdk_agent_program_trains_two_iterations(tmp_path):
@@ -302,15 +330,11 @@ def test_an_openai_sdk_agent_program_trains_two_iterations(tmp_path):
     ]
     tasks.write_text("\n".join(json.dumps(r) for r in [*rows, {"id": "boom", "question": "?"}]))
     agent = Path(__file__).with_name("gateway_agent.py")
-    with initialize_config_module("agentrl.configs", version_base=None):
-        raw = compose("train", overrides=[
-            "env=agent", "trainer=smoke", f"env.kwargs.tasks={tasks}", f"env.kwargs.agent={agent}:play",
-            "rollout.tasks_per_iter=2", "rollout.group_size=2", "trainer.eval_initial=false",
-            "env.eval_episodes=2", "credit=grpo", "env.max_error_rate=0.9", "trainer.checkpoint_every=0",
-        ])  # fmt: skip
-    summary = train(load_config(raw), tmp_path)
-    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    iters = [r for r in rows if r.get("phase") == "train"]
+    summary, iters = _train_rows(tmp_path, [
+        "env=agent", "trainer=smoke", f"env.kwargs.tasks={tasks}", f"env.kwargs.agent={agent}:play",
+        "rollout.tasks_per_iter=2", "rollout.group_size=2", "trainer.eval_initial=false",
+        "env.eval_episodes=2", "credit=grpo", "env.max_error_rate=0.9", "trainer.checkpoint_every=0",
+    ])  # fmt: skip
     assert len(iters) == 2
     for r in iters:
         assert r["env/errors/exception"] == 2  # the two episodes of "boom"
@@ -475,16 +499,12 @@ def test_a_smolagents_program_plays_search_v0_through_its_tools(tiny):
 def test_a_smolagents_program_trains_two_iterations(tmp_path):
     """env=agent_search with the smolagents program on the tiny model: 2 iterations of 2 groups of
     2; every episode is smolagents' 4 calls (the model writes no valid call), all of them trained."""
-    with initialize_config_module("agentrl.configs", version_base=None):
-        raw = compose("train", overrides=[
-            "env=agent_search", "trainer=smoke", f"env.kwargs.agent={SMOLAGENT}:play",
-            "rollout.tasks_per_iter=2", "rollout.group_size=2", "rollout.max_new_tokens=16",
-            "trainer.eval_initial=false", "env.eval_episodes=2", "credit=grpo",
-            "trainer.checkpoint_every=0",
-        ])  # fmt: skip
-    summary = train(load_config(raw), tmp_path)
-    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    iters = [r for r in rows if r.get("phase") == "train"]
+    summary, iters = _train_rows(tmp_path, [
+        "env=agent_search", "trainer=smoke", f"env.kwargs.agent={SMOLAGENT}:play",
+        "rollout.tasks_per_iter=2", "rollout.group_size=2", "rollout.max_new_tokens=16",
+        "trainer.eval_initial=false", "env.eval_episodes=2", "credit=grpo",
+        "trainer.checkpoint_every=0",
+    ])  # fmt: skip
     assert len(iters) == 2
     for r in iters:
         assert r["train/agent_steps"] == 16 and r["loss/sequences_processed"] == 16

@@ -34,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--max-tokens", type=int, default=256, help="response cap of calls that set none"
     )
+    ap.add_argument("--max-tokens-limit", type=int, default=8192,
+                    help="the largest max_tokens a call may ask for (more is a 400)")  # fmt: skip
+    ap.add_argument("--allow-host", nargs="*", default=[], metavar="NAME",
+                    help="host names to answer to besides the --host address's ('*': any)")  # fmt: skip
     ap.add_argument("--seed", type=int, default=0, help="sampling seed of calls that set none")
     ap.add_argument(
         "--record", type=Path, default=None, help="write the sessions here on exit (jsonl)"
@@ -49,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     model.eval()
     gw = Gateway(HFBackend(model, tok.pad_token_id, seed=args.seed), tok,
-                 model_name=str(args.model), max_tokens=args.max_tokens, seed=args.seed)  # fmt: skip
+                 model_name=str(args.model), max_tokens=args.max_tokens, seed=args.seed,
+                 max_tokens_limit=args.max_tokens_limit, hosts=args.allow_host)  # fmt: skip
     try:
         url = gw.start(args.host, args.port)
     except (OSError, RuntimeError) as exc:

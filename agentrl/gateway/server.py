@@ -34,7 +34,7 @@ import threading
 import time
 import uuid
 import zlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import uvicorn
@@ -42,6 +42,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from agentrl.envs.webguard import RequestGuard, allowed_hosts
 
 from ..backends.base import Backend, SamplingParams
 from ..backends.trie import allowed_per_position
@@ -55,6 +57,8 @@ __all__ = ["SESSION_HEADER", "Gateway"]
 
 #: The header that names a call's session, over the API key.
 SESSION_HEADER = "X-Session-Id"
+#: The largest request body (bytes): a long agent dialogue with its tools is well under it.
+MAX_BODY = 16 * 2**20
 
 
 try:  # orjson (vLLM's dependency) reads and writes the bodies several times faster
@@ -112,6 +116,11 @@ class Gateway:
         open_sessions: a call naming an unknown session opens it (standalone use); ``False``:
             only sessions opened with :meth:`open_session` take calls (the trainer's).
         max_tokens: the response cap of a call that sets none.
+        max_tokens_limit: the largest cap a call may ask for (more is a 400): what one request
+            may cost the engine.
+        hosts: host names the server answers to besides those of the address it binds
+            (:func:`agentrl.envs.webguard.allowed_hosts`; ``"*"``: any).
+        max_body: the largest request body in bytes (more is a 413).
         seed: the sampling seed of calls in sessions that pin none and requests that set none.
         syntax: the tool-call syntax (default: read from the chat template).
         version: the weights' version, for engines that do not report it per generation.
@@ -131,6 +140,9 @@ class Gateway:
         model_name: str = "agentrl-policy",
         open_sessions: bool = True,
         max_tokens: int = 256,
+        max_tokens_limit: int = 8192,
+        hosts: Iterable[str] = (),
+        max_body: int = MAX_BODY,
         seed: int = 0,
         syntax: str | None = None,
         version: Callable[[], int] | None = None,
@@ -143,6 +155,8 @@ class Gateway:
         self.engine = Engine(backend)
         self.sessions = Sessions(open_sessions)
         self.max_tokens, self.seed = int(max_tokens), int(seed)
+        self.max_tokens_limit, self.max_body = int(max_tokens_limit), int(max_body)
+        self.hosts = tuple(hosts)
         self.version = version or (lambda: 0)
         self.app = Starlette(
             routes=[
@@ -166,7 +180,10 @@ class Gateway:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off")
+        # Host and Origin checks (no web page reaches it, nor a rebound DNS name), a body limit
+        app = RequestGuard(self.app, hosts=allowed_hosts(host, self.hosts),
+                           max_body=self.max_body, name="agentrl gateway")  # fmt: skip
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [sock]}, name="gateway", daemon=True
@@ -270,6 +287,9 @@ class Gateway:
             )
         else:
             prompt = self.renderer.full(req.messages, req.tools, req.tools_key)
+        if req.max_tokens is not None and req.max_tokens > self.max_tokens_limit:
+            raise BadRequest(f"max_tokens may be at most {self.max_tokens_limit}, got "
+                             f"{req.max_tokens}", "max_tokens")  # fmt: skip
         cap = req.max_tokens or self.max_tokens
         if session.max_tokens is not None:
             cap = min(cap, session.max_tokens)
