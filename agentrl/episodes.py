@@ -81,9 +81,19 @@ class StepRecord:
     # The policy version (learner updates done) of the weights that sampled this step's response;
     # asynchronous rollouts (rollout.staleness >= 1) read it, the synchronous loop leaves it 0.
     policy_version: int = 0
+    # Per response token, the version of the weights that sampled it, where a reply spanned a
+    # weight update mid-generation (``rollout.partial_rollouts``); ``None``: every token has
+    # ``policy_version``. :meth:`versions` gives the per-token list either way.
+    token_versions: list[int] | None = None
     # Multi-agent envs: the agent that acted (``info["agent"]``); its reward is every reward that
     # agent got from this step until its next one (``info["rewards"]``), PettingZoo's convention.
     agent: str | None = None
+
+    def versions(self) -> list[int]:
+        """The policy version of each response token."""
+        if self.token_versions is not None:
+            return list(self.token_versions)
+        return [self.policy_version] * len(self.response_ids)
 
 
 @dataclass
@@ -173,6 +183,8 @@ class Move:
     extras: dict[str, Any] = field(default_factory=dict)
     cut: str | None = None
     policy_version: int = 0  # the weights' version that sampled the response (a model policy's)
+    # each response token's version where one reply spanned a weight update (partial rollouts)
+    token_versions: list[int] | None = None
 
 
 @dataclass
@@ -319,6 +331,7 @@ def _record(ep: Episode, move: Move, res: StepResult, max_steps: int | None) -> 
             next_state_key=info.get("state_key", res.observation),
             extras=move.extras,
             policy_version=move.policy_version,
+            token_versions=move.token_versions,
             agent=agent,
         )
     )

@@ -91,7 +91,7 @@ def step_line(s: Any, t: int, *, decode: Decode | None, max_chars: int) -> dict[
             if decode
             else [str(i) for i in response_ids],
             "engine_logprob": plain(list(s.logprobs)),
-            "version": [int(s.policy_version)] * len(response_ids),
+            "version": [int(v) for v in s.versions()],
         }
     return out
 

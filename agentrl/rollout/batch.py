@@ -119,7 +119,7 @@ def to_step_batch(
             s.logprobs,
             row,
             s.allowed,
-            [s.policy_version] * len(s.response_ids),
+            s.versions(),
         )  # fmt: skip
         for row, (_, _, s) in enumerate(rows)
     ]

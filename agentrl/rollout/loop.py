@@ -63,6 +63,15 @@ class _ActionTokens:
         return ids
 
 
+def _token_versions(g: Generation) -> list[int] | None:
+    """Each token's weight version where a reply spanned an update (``extra["token_versions"]``
+    of the fleet's partial rollouts, one per token); ``None`` where one version sampled them all."""
+    tv = g.extra.get("token_versions")
+    if not tv or len(tv) != len(g.token_ids) or len(set(tv)) == 1:
+        return None
+    return [int(v) for v in tv]
+
+
 def _with(sampling: SamplingParams, **changes: Any) -> SamplingParams:
     return SamplingParams(**{**sampling.__dict__, **changes})
 
@@ -204,6 +213,7 @@ class ModelPolicy:
             allowed=allowed_per_position(allowed, g.token_ids) if allowed is not None else None,
             extras=fmt.step_extras(text),
             policy_version=int(g.extra.get("policy_version", 0)),
+            token_versions=_token_versions(g),
         )
         ep.memory = fmt.remember(ep.memory, text)
         return move

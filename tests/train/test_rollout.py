@@ -3,6 +3,8 @@ the episode runner chunks and seeds exactly as the training loop always has."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -287,3 +289,48 @@ def test_a_rank_without_episodes_still_answers_every_lockstep_step(tiny, sokoban
     assert calls == [0, 0, 0] and backend.calls == []
     assert runner.play([], temperature=1.0, seed=0) == []  # one process: nothing to play
     assert len(calls) == 3
+
+
+class SpanningBackend(CountingBackend):
+    """The real HF backend whose replies are labelled as the fleet labels a reply that spanned a
+    weight update under partial rollouts (``extra["token_versions"]``: the first half version 3,
+    the rest 4; ``policy_version`` the oldest)."""
+
+    def generate(self, prompts, sampling, allowed=None):
+        out = self.inner.generate(prompts, sampling, allowed)
+        for g in out:
+            half = len(g.token_ids) // 2
+            g.extra["token_versions"] = [3] * half + [4] * (len(g.token_ids) - half)
+            g.extra["policy_version"] = 3
+        return out
+
+
+def test_each_token_keeps_the_version_that_sampled_it(tiny, sokoban_pool):
+    """A reply sampled across a weight update keeps its per-token versions from the engine to
+    the step record, the learner's sequence and the trace; a reply of one version stores none."""
+    from agentrl.evaluation.traces import step_line
+
+    model, tok = tiny
+    resets = [ResetSpec(0, seed=3) for _ in range(2)]
+    eps = run_episodes(
+        sokoban_pool,
+        SpanningBackend(HFBackend(model, tok.pad_token_id)),
+        _builder(tok),
+        ActionFormat(),
+        resets,
+        SamplingParams(max_new_tokens=8, seed=1),
+        max_steps=2,
+        constrained=True,
+    )
+    steps = [s for e in eps for s in e.steps]
+    _, seqs = to_step_batch(eps)
+    for s, q in zip(steps, seqs, strict=True):
+        half = len(s.response_ids) // 2
+        want = [3] * half + [4] * (len(s.response_ids) - half)
+        assert s.policy_version == 3
+        assert s.versions() == q.versions == want
+        if half:  # two versions: recorded per token
+            assert s.token_versions == want
+        assert step_line(s, 0, decode=None, max_chars=100)["tokens"]["version"] == want
+    one = dataclasses.replace(steps[0], token_versions=None, policy_version=7)
+    assert one.versions() == [7] * len(one.response_ids)
