@@ -33,6 +33,7 @@ from .recipe import TrainingStopped, train
 from .training.checkpoint import CheckpointError
 from .training.interrupt import Interrupted, Quit
 from .training.preflight import budget_is_preset, preflight
+from .training.producer import ProducerError
 
 _started: list[bool] = []  # set once Hydra has composed the config and called main()
 
@@ -62,7 +63,7 @@ def main(raw: DictConfig) -> None:
     except (CheckpointError, ConfigError) as exc:  # a checkpoint, LoRA targets, the vLLM engine
         print(exc, file=sys.stderr)
         sys.exit(2)
-    except BackendError as exc:  # an engine that cannot go on (a fleet's server)
+    except (BackendError, ProducerError) as exc:  # an engine that cannot go on (a fleet's server)
         print(exc, file=sys.stderr)
         sys.exit(1)
 

@@ -314,6 +314,36 @@ def test_a_hung_server_is_replayed_then_named(fleet):
     assert tracked["aborted"] == 0, tracked
 
 
+def test_a_request_every_server_failed_goes_back_to_those_that_answer(fleet):
+    """Every live server fails a request but survives (here: both hang for a while, their
+    /health answering): the request is not lost with "no server left" but tried on them again,
+    each at most ``max_failures`` times, and gives the same tokens once they answer. Timeline
+    at a 3 s request timeout: the version checks time out (6 s), each request times out on its
+    server and then on the other (about 13 s), the engines resume at 16 s, the next try answers."""
+    import threading
+
+    reference = fleet.generate(PROMPTS, SAMPLING, ALLOWED)
+    engines = [
+        p for s in fleet.servers for p in psutil.Process(s.proc.pid).children(recursive=True)
+    ]
+    for p in engines:
+        p.suspend()
+    timer = threading.Timer(16.0, lambda: [p.resume() for p in engines])
+    timeout, fleet.request_timeout = fleet.request_timeout, 3.0
+    replayed = fleet.replayed
+    timer.start()
+    try:
+        out = fleet.generate(PROMPTS, SAMPLING, ALLOWED)
+    finally:
+        timer.join()
+        fleet.request_timeout = timeout
+        for s in fleet.servers:
+            s.failures = 0
+    assert [g.token_ids for g in out] == [g.token_ids for g in reference]
+    assert fleet.replayed - replayed >= 2 * len(PROMPTS)  # each failed on both, then came back
+    assert all(s.alive for s in fleet.servers)
+
+
 def test_a_killed_server_costs_only_its_requests(fleet):
     reference = fleet.generate(PROMPTS, SAMPLING, ALLOWED)
     assert len({g.extra["server"] for g in reference}) == 2

@@ -32,7 +32,8 @@ resumes them on the new ones; each reply's version spans give every token's vers
 
 Faults: a request that fails (connection refused or reset, a timeout, an HTTP error) is replayed
 on another server with the same body, seed included, so its result is the one the first server
-would have given; one that timed out is first aborted on its server (``/abort_requests``, best
+would have given (on the same server, up to ``max_failures`` tries, where it still answers and no
+other can take it); one that timed out is first aborted on its server (``/abort_requests``, best
 effort). A server launched here whose process exited, or whose ``/health`` no longer answers
 (it is stopped), is relaunched by a restart thread (the same command, then the fleet's weights
 and version) and rejoins the rotation; each failed relaunch counts as a failure of it. A server
@@ -91,6 +92,11 @@ ABORT_TIMEOUT = 2.0  # seconds for the best-effort abort of a timed-out request
 
 class FleetError(BackendError):
     """The fleet cannot go on: one line naming the server and why."""
+
+
+#: Seconds an idle connection to a server is kept (below vLLM's ``VLLM_HTTP_TIMEOUT_KEEP_ALIVE``,
+#: 5 s by default: a request sent on a connection the server closes at that moment is dropped).
+KEEPALIVE_S = 2.0
 
 
 class _RequestFailed(Exception):
@@ -311,7 +317,10 @@ class FleetBackend:
         self._executor = _DaemonPool(int(concurrency))
         import httpx  # kept-alive connections to every server
 
-        limits = httpx.Limits(max_connections=int(concurrency) + 4)
+        # idle connections closed before the server's own keep-alive (uvicorn's, 5 s in vLLM)
+        # closes them, so a request rarely goes out on a connection the server is dropping
+        limits = httpx.Limits(max_connections=int(concurrency) + 4,
+                              keepalive_expiry=KEEPALIVE_S)  # fmt: skip
         self._http = httpx.Client(limits=limits, trust_env=False)
         quiet_http_logs()  # httpx logs a line per request otherwise
         atexit.register(self.close)
@@ -558,14 +567,25 @@ class FleetBackend:
             raise _RequestFailed("a reply without a finite log-prob per token")
         return tokens, lps
 
-    def _pick(self, session: str | None, cost: int, avoid: set[tuple[int, int]]) -> Server:
+    def _pick(
+        self,
+        session: str | None,
+        cost: int,
+        avoid: set[tuple[int, int]],
+        tries: collections.Counter | None = None,
+    ) -> Server:
         """The conversation's server while it lives, else the least loaded (outstanding
         tokens); ``avoid``: the launches that already failed this request. With no server
-        live, it waits for one that is restarting."""
+        live, it waits for one that is restarting. Where every live server already failed this
+        request but still answers (a dropped connection, an error it survived), the request
+        goes back to them, each at most ``max_failures`` times (``tries``)."""
         with self._lock:
             while True:
                 self._check_open()  # closed, or a restart that failed for good
                 live = [s for s in self.servers if s.alive and (id(s), s.starts) not in avoid]
+                if not live and tries is not None:
+                    live = [s for s in self.servers
+                            if s.alive and tries[(id(s), s.starts)] < self.max_failures]  # fmt: skip
                 if live or not any(s.restarting for s in self.servers):
                     break
                 self._lock.wait(1.0)
@@ -589,8 +609,9 @@ class FleetBackend:
         one aborted first on the server that did not answer)."""
         cost = len(body["token_ids"]) + int(body["sampling_params"]["max_tokens"])
         avoid: set[tuple[int, int]] = set()
+        tries: collections.Counter = collections.Counter()  # failures per launch, this request
         while True:
-            server = self._pick(session, cost, avoid)
+            server = self._pick(session, cost, avoid, tries)
             starts = server.starts
             body = {**body, "request_id": f"agentrl-{uuid.uuid4().hex}"}
             try:
@@ -602,6 +623,7 @@ class FleetBackend:
                     failed.add(id(server))
                     self.replayed += 1
                 avoid.add((id(server), starts))
+                tries[(id(server), starts)] += 1
                 if exc.timed_out:
                     self._abort(server, body["request_id"])
                 self._on_failure(server, str(exc))
@@ -660,7 +682,7 @@ class FleetBackend:
                         log.warning("fleet: server %s was given by url: it is not restarted",
                                     server.url)  # fmt: skip
             elif server.alive and not server.why_out:
-                log.warning("fleet: server %s failed a request (%s); replayed elsewhere",
+                log.warning("fleet: server %s failed a request (%s); replayed",
                             server.url, why)  # fmt: skip
 
     # ---- restarts ------------------------------------------------------------------------

@@ -48,6 +48,9 @@ if logging.getLogger("httpx").level == logging.NOTSET:
 
 #: Seconds a server gets past the step deadline to answer (its own deadline fires first).
 GRACE = 10.0
+#: Seconds an idle connection to a server is kept: below uvicorn's keep-alive (5 s), so a request
+#: rarely goes out on a connection the server is closing.
+KEEPALIVE_S = 2.0
 #: How the server's pool names the env in a cut episode's error (its slot, not the client's env).
 _SLOT_PREFIX = re.compile(r"^env \d+ \([^)]*\): ")
 
@@ -168,8 +171,12 @@ class HTTPEnvPool(BasePool):
         self._replayable = [False] * self.num_envs
         headers = {"authorization": f"Bearer {token}"} if token else {}
         self._connect = connect_timeout
+        # idle connections closed before the server's keep-alive (uvicorn's 5 s) closes them: a
+        # step sent on a connection the server drops at that moment would end its episode
         self._client = httpx.Client(
-            headers=headers, timeout=httpx.Timeout(None, connect=connect_timeout)
+            headers=headers,
+            timeout=httpx.Timeout(None, connect=connect_timeout),
+            limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S),
         )
         self._threads = ThreadPoolExecutor(max_workers=max(1, self.num_groups))
         self._session: dict[int, str] = {}  # env index -> session id on its server
