@@ -265,8 +265,9 @@ def test_a_conversation_stays_on_its_server(fleet):
             history[k] = history[k] + g.token_ids + [9]
     assert all(len(v) == 1 for v in seen.values())
     assert len(set().union(*seen.values())) == 2  # the conversations spread over both
-    # no conversation: the least loaded server, so equal requests split evenly
-    out = fleet.generate([[5, 6, 7]] * 8, SamplingParams(max_new_tokens=4, seed=1))
+    # no conversation: the least loaded server, so equal requests split evenly (long enough
+    # that none has finished before the last is placed, even on a busy machine)
+    out = fleet.generate([[5, 6, 7]] * 8, SamplingParams(max_new_tokens=64, seed=1))
     counts = [sum(g.extra["server"] == s.url for g in out) for s in fleet.servers]
     assert counts == [4, 4]
 
