@@ -63,8 +63,13 @@ def main(raw: DictConfig) -> None:
     except (CheckpointError, ConfigError) as exc:  # a checkpoint, LoRA targets, the vLLM engine
         print(exc, file=sys.stderr)
         sys.exit(2)
-    except (BackendError, ProducerError) as exc:  # an engine that cannot go on (a fleet's server)
+    except BackendError as exc:  # an engine that cannot go on (a fleet's server)
         print(exc, file=sys.stderr)
+        sys.exit(1)
+    except ProducerError as exc:  # the same, met by the rollout producer (rollout.staleness >= 1)
+        if not isinstance(exc.__cause__, BackendError):
+            raise  # anything else is a bug: its traceback
+        print(exc.__cause__, file=sys.stderr)
         sys.exit(1)
 
 

@@ -567,23 +567,18 @@ class FleetBackend:
             raise _RequestFailed("a reply without a finite log-prob per token")
         return tokens, lps
 
-    def _pick(
-        self,
-        session: str | None,
-        cost: int,
-        avoid: set[tuple[int, int]],
-        tries: collections.Counter | None = None,
-    ) -> Server:
+    def _pick(self, session: str | None, cost: int, tries: collections.Counter) -> Server:
         """The conversation's server while it lives, else the least loaded (outstanding
-        tokens); ``avoid``: the launches that already failed this request. With no server
-        live, it waits for one that is restarting. Where every live server already failed this
-        request but still answers (a dropped connection, an error it survived), the request
-        goes back to them, each at most ``max_failures`` times (``tries``)."""
+        tokens), leaving out the launches that already failed this request (``tries``: failures
+        per ``(server, launch)``). With no server live, it waits for one that is restarting.
+        Where every live server already failed this request but still answers (a dropped
+        connection, an error it survived), the request goes back to them, each at most
+        ``max_failures`` times."""
         with self._lock:
             while True:
                 self._check_open()  # closed, or a restart that failed for good
-                live = [s for s in self.servers if s.alive and (id(s), s.starts) not in avoid]
-                if not live and tries is not None:
+                live = [s for s in self.servers if s.alive and (id(s), s.starts) not in tries]
+                if not live:
                     live = [s for s in self.servers
                             if s.alive and tries[(id(s), s.starts)] < self.max_failures]  # fmt: skip
                 if live or not any(s.restarting for s in self.servers):
@@ -608,10 +603,9 @@ class FleetBackend:
         """One request on the fleet, replayed on another server while one fails (a timed-out
         one aborted first on the server that did not answer)."""
         cost = len(body["token_ids"]) + int(body["sampling_params"]["max_tokens"])
-        avoid: set[tuple[int, int]] = set()
         tries: collections.Counter = collections.Counter()  # failures per launch, this request
         while True:
-            server = self._pick(session, cost, avoid, tries)
+            server = self._pick(session, cost, tries)
             starts = server.starts
             body = {**body, "request_id": f"agentrl-{uuid.uuid4().hex}"}
             try:
@@ -622,7 +616,6 @@ class FleetBackend:
                     server.outstanding -= cost
                     failed.add(id(server))
                     self.replayed += 1
-                avoid.add((id(server), starts))
                 tries[(id(server), starts)] += 1
                 if exc.timed_out:
                     self._abort(server, body["request_id"])
