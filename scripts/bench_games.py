@@ -7,7 +7,10 @@ checkpoint and the untrained model play held-out games against each ``--opponent
 (OpenSpiel's uniform random and MCTS bots, the policy's seat alternating, greedy as the trainer's
 held-out evaluation), the final model plays the earlier checkpoints, OpenSkill rates them all,
 and for poker OpenSpiel computes the exact exploitability of the policy's action probabilities
-(sampling temperature 1, constrained decoding's distribution). Results: ``<out>/table.md`` and
+(sampling temperature 1, constrained decoding's distribution); for tic-tac-toe each checkpoint's
+one-move tactics are measured too (``--tactics`` positions of each kind: the probability on an
+immediate win where one exists, and on a move that leaves the opponent no immediate win where
+some moves do). Results: ``<out>/table.md`` and
 ``<out>/results.json``; a finished run whose command is unchanged is reused.
 
     python scripts/bench_games.py --game tictactoe --credits gigpo grpo mars --seeds 0-1
@@ -46,8 +49,15 @@ GAMES: dict[str, dict[str, Any]] = {
         "overrides": ["model.max_new_tokens=10"],
         "opponents": ["random", "mcts:10", "mcts:100"],
         "poker": False,
+        "tactics": True,
     },
-    "kuhn": {"env": "kuhn", "overrides": [], "opponents": ["random"], "poker": True},
+    "kuhn": {
+        "env": "kuhn",
+        "overrides": [],
+        "opponents": ["random"],
+        "poker": True,
+        "tactics": False,
+    },
 }
 
 
@@ -102,6 +112,8 @@ def train_and_evaluate(game: str, credit: str, seed: int, out: Path, args) -> di
         game,
         "--games",
         str(args.games),
+        "--tactics",
+        str(args.tactics),
         "--opponents",
         *(args.opponents or g["opponents"]),
     ]
@@ -118,7 +130,9 @@ def train_and_evaluate(game: str, credit: str, seed: int, out: Path, args) -> di
 
 
 # -- evaluation of one run (a subprocess) ---------------------------------------------------------
-def evaluate_run(folder: Path, game: str, games: int, opponents: list[str]) -> dict[str, Any]:
+def evaluate_run(
+    folder: Path, game: str, games: int, opponents: list[str], tactics: int = 0
+) -> dict[str, Any]:
     import torch
     from omegaconf import OmegaConf
 
@@ -128,6 +142,8 @@ def evaluate_run(folder: Path, game: str, games: int, opponents: list[str]) -> d
     from agentrl.episodes import play_episodes
     from agentrl.evaluation.games import (
         SeatPolicy,
+        exploitability,
+        one_move_tactics,
         outcome,
         ratings,
         wdl_table,
@@ -182,7 +198,13 @@ def evaluate_run(folder: Path, game: str, games: int, opponents: list[str]) -> d
         table = wdl_table(eps)
         entry: dict[str, Any] = {"wdl": {opp: o.to_dict() for (_cat, opp), o in table.items()}}
         if GAMES[game]["poker"]:
-            entry["exploitability"] = _exploitability(env, runner, model, tok, cfg)
+            entry["exploitability"] = exploitability(
+                env.game, _probabilities(env, runner, model, tok)
+            )
+        if GAMES[game]["tactics"] and tactics > 0:
+            entry["tactics"] = one_move_tactics(
+                env.game, _probabilities(env, runner, model, tok), positions=tactics
+            )
         report["points"][name] = entry
         print(name, json.dumps(entry)[:400], flush=True)
     # the final model against the earlier checkpoints (both seats), then ratings over everything
@@ -236,9 +258,11 @@ def _model_copy(model: Any, base: dict, path: Path | None) -> Any:
     return other.eval()
 
 
-def _exploitability(env: Any, runner: Any, model: Any, tok: Any, cfg: Any) -> float:
+def _probabilities(env: Any, runner: Any, model: Any, tok: Any) -> Any:
+    """``(state, player, legal) -> {action: p}``: the model's constrained-sampling probabilities
+    of the legal actions at an OpenSpiel state (temperature 1), for exploitability and tactics."""
     from agentrl.episodes import Episode, EpisodeResult
-    from agentrl.evaluation.games import action_probabilities, exploitability
+    from agentrl.evaluation.games import action_probabilities
     from agentrl.rollout.loop import ModelPolicy
 
     policy = ModelPolicy(runner.backend, runner.builder, runner.fmt, runner.sampling(1.0, 0),
@@ -256,7 +280,7 @@ def _exploitability(env: Any, runner: Any, model: Any, tok: Any, cfg: Any) -> fl
         by_name = {state.action_to_string(player, a): a for a in legal}
         return {by_name[a]: p for a, p in probs.items()}
 
-    return exploitability(env.game, probabilities)
+    return probabilities
 
 
 # -- the tables --------------------------------------------------------------------------------
@@ -323,6 +347,20 @@ def tables(game: str, results: dict[str, list[dict[str, Any]]]) -> tuple[str, di
                 f"{b[0]:.4f} [{b[1]:.4f}, {b[2]:.4f}] (bootstrap 95 %): "
                 f"{'disjoint' if disjoint else 'overlap'}"
             )
+        tact = [r for r in runs if "tactics" in r["points"]["initial"]]
+        if tact:
+            lines.append(
+                "\none-move tactics, probability on a good move per checkpoint (initial, then "
+                "each kept one; a uniform policy's in brackets):"
+            )
+            for r in tact:
+                for kind, label in (("win", "win now"), ("defend", "defend")):
+                    vals = [p["tactics"][kind] for p in r["points"].values() if "tactics" in p]
+                    curve = " → ".join(f"{v['mass']:.2f}" for v in vals)
+                    lines.append(
+                        f"- seed {r['seed']}, {label} ({vals[0]['uniform']:.2f}): {curve}; "
+                        f"greedy picks a good move {vals[0]['greedy']:.2f} → {vals[-1]['greedy']:.2f}"
+                    )
         rat = runs[0].get("ratings", {})
         if rat:
             top = sorted(rat.items(), key=lambda kv: -kv[1]["ordinal"])
@@ -343,6 +381,13 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--games", type=int, default=100, help="held-out games per opponent")
     ap.add_argument("--opponents", nargs="+", default=None)
+    ap.add_argument(
+        "--tactics",
+        type=int,
+        default=200,
+        help="tic-tac-toe: positions of each kind (win now, defend) for the one-move tactics of "
+        "every checkpoint (0: skip; default 200)",
+    )
     ap.add_argument("--checkpoint-every", type=int, default=20)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--fresh", action="store_true")
@@ -356,7 +401,9 @@ def main() -> int:
     ap.add_argument("overrides", nargs="*", help="train overrides for every run")
     args = ap.parse_args()
     if args.evaluate_run is not None:
-        report = evaluate_run(args.evaluate_run, args.game, args.games, args.opponents)
+        report = evaluate_run(
+            args.evaluate_run, args.game, args.games, args.opponents, args.tactics
+        )
         (args.evaluate_run / "games_eval.json").write_text(json.dumps(report, indent=1))
         return 0
     try:

@@ -12,6 +12,10 @@
   sampling temperature), and :func:`exploitability` fills an OpenSpiel
   :class:`~open_spiel.python.policy.TabularPolicy` with them at every information state and asks
   OpenSpiel's ``exploitability`` (exact, by best response over the game tree).
+- :func:`one_move_tactics` measures, in a two-player game of perfect information, how much of
+  the policy's probability goes to an immediate win where one exists, and to a move that leaves
+  the opponent no immediate win where some moves do (a block): the tactics a policy can have
+  while its win rate still says little about why it loses.
 - :func:`ratings` rates players (checkpoints, bots) from their match results with OpenSkill's
   Plackett-Luce model (the ``openskill`` package).
 
@@ -34,6 +38,7 @@ __all__ = [
     "SeatPolicy",
     "action_probabilities",
     "exploitability",
+    "one_move_tactics",
     "opponent_of",
     "outcome",
     "ratings",
@@ -192,6 +197,108 @@ def exploitability(
         for a in legal:
             vec[a] = (max(0.0, float(p.get(a, 0.0))) / total) if total > 0 else 1.0 / len(legal)
     return float(os_exploitability.exploitability(game, table))
+
+
+def _wins_now(state: Any, player: int) -> list[int]:
+    """The legal actions of ``player`` at ``state`` that end the game with ``player`` ahead."""
+    out = []
+    for a in state.legal_actions(player):
+        child = state.child(a)
+        if child.is_terminal() and child.returns()[player] > max(
+            r for i, r in enumerate(child.returns()) if i != player
+        ):
+            out.append(a)
+    return out
+
+
+def _tactic(state: Any) -> tuple[str, list[int]] | None:
+    """``("win", winning actions)``, ``("defend", the actions after which the opponent has no
+    immediate win)`` where only some actions are safe, else ``None``."""
+    player = state.current_player()
+    wins = _wins_now(state, player)
+    if wins:
+        return "win", wins
+    legal = state.legal_actions(player)
+    safe = []
+    for a in legal:
+        child = state.child(a)
+        if child.is_terminal() or not _wins_now(child, child.current_player()):
+            safe.append(a)
+    return ("defend", safe) if safe and len(safe) < len(legal) else None
+
+
+def one_move_tactics(
+    game: Any,
+    probabilities: Callable[[Any, int, list[int]], Mapping[int, float]],
+    positions: int = 200,
+    seed: int = 0,
+    states: Sequence[Any] | None = None,
+) -> dict[str, dict[str, float]]:
+    """One-move tactics of a policy in a two-player, sequential game of perfect information
+    (tic-tac-toe, connect four), per kind of position:
+
+    - ``win``: the player to move can win at once; the good actions are the winning ones.
+    - ``defend``: it cannot, and some of its moves (not all) let the opponent win at once; the
+      good actions are the others (a block).
+
+    Positions are ``states`` where given, else the first ``positions`` distinct positions of each
+    kind met along uniformly random games (``seed``). Per kind: ``positions`` found, ``mass``
+    (the mean probability ``probabilities(state, player, legal) -> {action: p}`` puts on good
+    actions), ``greedy`` (how often its most probable action is good) and ``uniform`` (the mass
+    a uniform random policy puts on them, the baseline)."""
+    import random
+
+    gt = game.get_type()
+    if (
+        game.num_players() != 2
+        or gt.information != gt.Information.PERFECT_INFORMATION
+        or gt.dynamics != gt.Dynamics.SEQUENTIAL
+    ):
+        raise ValueError(f"one-move tactics need a two-player sequential game of perfect "
+                         f"information, not {gt.short_name}")  # fmt: skip
+    found: dict[str, list[tuple[Any, list[int]]]] = {"win": [], "defend": []}
+    if states is not None:
+        for st in states:
+            t = _tactic(st)
+            if t is not None:
+                found[t[0]].append((st, t[1]))
+    else:
+        rng, seen = random.Random(seed), set()
+        for _ in range(1000 * positions):
+            if all(len(v) >= positions for v in found.values()):
+                break
+            st = game.new_initial_state()
+            while not st.is_terminal():
+                if st.is_chance_node():  # perfect-information games may still deal (none here)
+                    acts, probs = zip(*st.chance_outcomes())
+                    st.apply_action(rng.choices(acts, probs)[0])
+                    continue
+                key = str(st)
+                if key not in seen:
+                    seen.add(key)
+                    t = _tactic(st)
+                    if t is not None and len(found[t[0]]) < positions:
+                        found[t[0]].append((st.clone(), t[1]))
+                st.apply_action(rng.choice(st.legal_actions()))
+    out: dict[str, dict[str, float]] = {}
+    for kind, items in found.items():
+        mass = greedy = uniform = 0.0
+        for st, good in items:
+            player = st.current_player()
+            legal = st.legal_actions(player)
+            p = {a: max(0.0, float(v)) for a, v in probabilities(st, player, legal).items()}
+            total = sum(p.get(a, 0.0) for a in legal) or 1.0
+            mass += sum(p.get(a, 0.0) for a in good) / total
+            greedy += float(max(legal, key=lambda a: p.get(a, 0.0)) in good)
+            uniform += len(good) / len(legal)
+        n = len(items)
+        out[kind] = {
+            "positions": float(n),
+            "mass": mass / n if n else float("nan"),
+            "greedy": greedy / n if n else float("nan"),
+            "uniform": uniform / n if n else float("nan"),
+        }
+    return out
 
 
 def ratings(

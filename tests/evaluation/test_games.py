@@ -12,6 +12,7 @@ from agentrl.episodes import Move, play_episodes
 from agentrl.evaluation.games import (
     SeatPolicy,
     exploitability,
+    one_move_tactics,
     opponent_of,
     outcome,
     ratings,
@@ -117,6 +118,61 @@ def test_exploitability_of_known_kuhn_policies():
         return {0: 1 - bet, 1: bet}
 
     assert exploitability(game, nash) == pytest.approx(0.0, abs=1e-9)
+
+
+def _ttt(moves):
+    """A tic-tac-toe state after ``moves`` (cells 0-8, row by row)."""
+    import pyspiel
+
+    state = pyspiel.load_game("tic_tac_toe").new_initial_state()
+    for a in moves:
+        state.apply_action(a)
+    return state
+
+
+def test_one_move_tactics_by_hand():
+    import pyspiel
+
+    game = pyspiel.load_game("tic_tac_toe")
+    # x: 0, 1; o: 3, 4; x to move: 2 wins (5 would block o, 6-8 lose nothing at once) -> "win"
+    win = _ttt([0, 3, 1, 4])
+    # x: 0, 8; o: 4, 1; x to move, no win; o threatens 7 (1-4-7): only 7 is safe -> "defend"
+    defend = _ttt([0, 4, 8, 1])
+    quiet = _ttt([4])  # o to move, nothing at stake: counted in neither kind
+    first = lambda s, p, legal: {legal[0]: 1.0}  # noqa: E731
+    r = one_move_tactics(game, first, states=[win, defend, quiet])
+    assert r["win"]["positions"] == 1 and r["defend"]["positions"] == 1
+    # legal at `win`: 2, 5, 6, 7, 8 -> one good of 5; `first` plays 2 (a win)
+    assert r["win"]["uniform"] == pytest.approx(1 / 5) and r["win"]["greedy"] == 1.0
+    assert r["win"]["mass"] == 1.0
+    # legal at `defend`: 2, 3, 5, 6, 7 -> only 7 is safe; `first` plays 2 (o then wins at 7)
+    assert r["defend"]["uniform"] == pytest.approx(1 / 5)
+    assert r["defend"]["greedy"] == 0.0 and r["defend"]["mass"] == 0.0
+    half = lambda s, p, legal: {7: 1.0, 2: 1.0} if 7 in legal else {legal[0]: 1.0}  # noqa: E731
+    assert one_move_tactics(game, half, states=[defend])["defend"]["mass"] == pytest.approx(0.5)
+
+
+def test_one_move_tactics_of_uniform_and_perfect_policies():
+    import pyspiel
+
+    from agentrl.evaluation.games import _tactic
+
+    game = pyspiel.load_game("tic_tac_toe")
+    uniform = one_move_tactics(game, lambda s, p, legal: dict.fromkeys(legal, 1.0), positions=50)
+    for kind in ("win", "defend"):
+        assert uniform[kind]["positions"] == 50
+        assert uniform[kind]["mass"] == pytest.approx(uniform[kind]["uniform"])
+        assert 0.0 < uniform[kind]["uniform"] < 1.0
+
+    def perfect(state, player, legal):
+        t = _tactic(state)
+        return dict.fromkeys(t[1] if t else legal, 1.0)
+
+    best = one_move_tactics(game, perfect, positions=50)
+    assert best["win"]["mass"] == best["defend"]["mass"] == 1.0
+    assert best["win"]["greedy"] == best["defend"]["greedy"] == 1.0
+    with pytest.raises(ValueError, match="perfect information"):
+        one_move_tactics(pyspiel.load_game("kuhn_poker"), perfect)
 
 
 def test_action_probabilities_match_constrained_sampling():
