@@ -222,7 +222,11 @@ def _tactic(state: Any) -> tuple[str, list[int]] | None:
     safe = []
     for a in legal:
         child = state.child(a)
-        if child.is_terminal() or not _wins_now(child, child.current_player()):
+        if (
+            child.is_terminal()
+            or child.is_chance_node()  # a deal or a roll comes first: no immediate win
+            or not _wins_now(child, child.current_player())
+        ):
             safe.append(a)
     return ("defend", safe) if safe and len(safe) < len(legal) else None
 
@@ -242,7 +246,8 @@ def one_move_tactics(
       good actions are the others (a block).
 
     Positions are ``states`` where given, else the first ``positions`` distinct positions of each
-    kind met along uniformly random games (``seed``). Per kind: ``positions`` found, ``mass``
+    kind met along uniformly random games (``seed``; at most ``100 * positions`` games, so a
+    kind a game rarely has may come with fewer). Per kind: ``positions`` found, ``mass``
     (the mean probability ``probabilities(state, player, legal) -> {action: p}`` puts on good
     actions), ``greedy`` (how often its most probable action is good) and ``uniform`` (the mass
     a uniform random policy puts on them, the baseline)."""
@@ -264,7 +269,7 @@ def one_move_tactics(
                 found[t[0]].append((st, t[1]))
     else:
         rng, seen = random.Random(seed), set()
-        for _ in range(1000 * positions):
+        for _ in range(max(2000, 100 * positions)):  # games; a rare kind may come up short
             if all(len(v) >= positions for v in found.values()):
                 break
             st = game.new_initial_state()
