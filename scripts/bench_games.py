@@ -351,7 +351,7 @@ def tables(game: str, results: dict[str, list[dict[str, Any]]]) -> tuple[str, di
         if tact:
             lines.append(
                 "\none-move tactics, probability on a good move per checkpoint (initial, then "
-                "each kept one; a uniform policy's in brackets):"
+                "each kept one; a uniform policy's in parentheses):"
             )
             for r in tact:
                 for kind, label in (("win", "win now"), ("defend", "defend")):
