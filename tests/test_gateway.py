@@ -153,6 +153,27 @@ def test_streaming_gives_the_same_reply_as_a_plain_call_with_the_same_seed(gatew
     assert chunks[-1].usage.completion_tokens == plain.usage.completion_tokens
 
 
+@pytest.mark.parametrize("stop", [None, ["e"], [" t", "ou"]], ids=["no-stop", "stop", "stops"])
+def test_a_streamed_reply_comes_in_pieces_that_add_up_to_the_plain_reply(gateway, stop):
+    """The HF engine streams: a reply with no tools arrives in several content pieces as it is
+    sampled, and for any seed they add up to the plain call's content, stop strings (which cut
+    the reply where one first appears) included."""
+    pieces_seen = 0
+    for seed in range(6):
+        kw = dict(model="x", messages=MSGS, seed=seed, max_tokens=12, temperature=1.0, stop=stop)
+        plain = client(gateway, f"pieces-a-{seed}-{stop}").chat.completions.create(**kw)
+        stream = client(gateway, f"pieces-b-{seed}-{stop}").chat.completions.create(
+            stream=True, **kw
+        )
+        chunks = list(stream)
+        pieces = [ch.choices[0].delta.content for ch in chunks if ch.choices]
+        pieces = [p for p in pieces if p]
+        assert "".join(pieces) == (plain.choices[0].message.content or "")
+        assert chunks[-1].choices[0].finish_reason == plain.choices[0].finish_reason
+        pieces_seen = max(pieces_seen, len(pieces))
+    assert pieces_seen >= 3  # the old path sent the content in one piece
+
+
 def test_a_tool_call_comes_back_as_tool_calls_and_the_next_call_extends_its_tokens(forced, tiny):
     gw, backend = forced
     _, tok = tiny

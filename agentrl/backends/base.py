@@ -18,15 +18,24 @@ several servers (:mod:`agentrl.backends.fleet`) keeps a conversation's calls on 
 prefix cache holds its growing context. Every :class:`Generation` reports the version of the
 weights that sampled it in ``extra["policy_version"]`` where the engine knows it (the producer
 of asynchronous rollouts and the fleet set it; the trainer's staleness bound reads it).
+
+Streaming (what the gateway's streamed replies use): an engine whose ``streams`` is true takes
+``on_tokens`` in :meth:`Backend.generate`, a :data:`TokenSink` it calls from its own thread as
+request ``i``'s tokens are sampled, with the new ones in order (together they are the
+Generation's ``token_ids``). Wrappers pass it through; other engines have no ``streams`` and
+return whole responses only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-__all__ = ["Backend", "BackendError", "Generation", "SamplingParams"]
+__all__ = ["Backend", "BackendError", "Generation", "SamplingParams", "TokenSink"]
+
+#: ``on_tokens(i, ids)``: request ``i`` has sampled ``ids`` since the last call (see above).
+TokenSink = Callable[[int, Sequence[int]], None]
 
 
 class BackendError(RuntimeError):

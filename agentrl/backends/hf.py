@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .base import Generation, SamplingParams
+from .base import Generation, SamplingParams, TokenSink
 from .trie import Trie, cached_trie
 
 __all__ = ["HFBackend"]
@@ -39,7 +39,12 @@ class HFBackend:
         max_batch_tokens: also cap a chunk's padded prompt tokens (bounds the KV cache and the
             prefill's activations for long prompts); ``None``: no cap.
         seed: seeds the fallback generator used when ``sampling.seed`` is ``None``.
+
+    It streams: ``generate(..., on_tokens=sink)`` hands each request's tokens to ``sink`` as
+    they are sampled (forced runs of the trie at once), from the calling thread.
     """
+
+    streams = True
 
     def __init__(
         self,
@@ -78,6 +83,7 @@ class HFBackend:
         prompts: Sequence[Sequence[int]],
         sampling: SamplingParams,
         allowed: Sequence[Sequence[Sequence[int]] | None] | None = None,
+        on_tokens: TokenSink | None = None,
     ) -> list[Generation]:
         n = len(prompts)
         if allowed is not None and len(allowed) != n:
@@ -94,8 +100,9 @@ class HFBackend:
         # Chunks of similar prompt length waste less padding.
         order = sorted(range(n), key=lambda i: len(prompts[i]))
         for idx in self._chunks(order, [len(p) + sampling.max_new_tokens for p in prompts]):
+            sink = None if on_tokens is None else _chunk_sink(on_tokens, idx)
             gens = self._generate_chunk(
-                [prompts[i] for i in idx], sampling, [tries[i] for i in idx], uniforms[idx]
+                [prompts[i] for i in idx], sampling, [tries[i] for i in idx], uniforms[idx], sink
             )
             for i, g in zip(idx, gens):
                 out[i] = g
@@ -147,6 +154,7 @@ class HFBackend:
         sampling: SamplingParams,
         tries: list[Trie | None],
         uniforms: np.ndarray,
+        sink: TokenSink | None = None,
     ) -> list[Generation]:
         model, device = self.model, self.device
         cap = sampling.max_new_tokens
@@ -163,6 +171,17 @@ class HFBackend:
         for b, t in enumerate(tries):
             if t is not None:
                 self._advance_forced(b, t, nodes, tokens, logps, finish, done, cap, prefix=True)
+        sent = [0] * B  # tokens handed to the sink so far, per request
+
+        def flush(rows: Sequence[int]) -> None:
+            if sink is None:
+                return
+            for r in rows:
+                if len(tokens[r]) > sent[r]:
+                    sink(r, tokens[r][sent[r] :])
+                    sent[r] = len(tokens[r])
+
+        flush(range(B))
         active = [b for b in range(B) if not done[b]]
         if not active:
             self.tokens_generated += sum(len(t) for t in tokens)
@@ -212,6 +231,7 @@ class HFBackend:
                         done[r] = True  # finish stays "length"
                     if not done[r]:
                         keep.append(j)
+                flush(active)
                 if not keep:
                     break
                 next_ids = chosen.view(-1, 1).to(device)
@@ -308,3 +328,19 @@ def _truncate(probs: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
     keep[:, 0] = True
     mask = torch.zeros_like(keep).scatter(-1, order, keep)
     return probs * mask
+
+
+def _chunk_sink(on_tokens: TokenSink, idx: Sequence[int]) -> TokenSink:
+    """The sink of one chunk: its row ``r`` is request ``idx[r]`` of the call. A sink that
+    fails (its reader gone) is not called again; the generation goes on."""
+    broken = []
+
+    def sink(r: int, ids: Sequence[int]) -> None:
+        if broken:
+            return
+        try:
+            on_tokens(idx[r], list(ids))
+        except Exception:  # noqa: BLE001 - the sample matters more than its stream
+            broken.append(True)
+
+    return sink

@@ -6,14 +6,15 @@ thread takes every request queued so far, groups those that share sampling setti
 each group as one ``Backend.generate`` call. Request ``i`` of a group samples with
 ``(seed, request_ids[i])`` (the backends' per-request seeding), so a call's sample does not depend
 on which other calls it was batched with; ``sessions[i]`` names its session (an engine of several
-servers keeps a session on one server).
+servers keeps a session on one server). A request with a ``sink`` gets its tokens as they are
+sampled where the backend streams (``Backend.generate``'s ``on_tokens``).
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 
@@ -30,6 +31,7 @@ class _Request:
     session: str
     future: Future
     allowed: list[tuple[int, ...]] | None = None  # the token sequences it may produce (None: free)
+    sink: Callable[[list[int]], None] | None = None  # its tokens as sampled (a streamed reply)
 
 
 class Engine:
@@ -44,6 +46,11 @@ class Engine:
         self.calls = 0  # backend calls made
         self._thread.start()
 
+    @property
+    def streams(self) -> bool:
+        """Whether the backend hands over tokens as it samples them."""
+        return bool(getattr(self.backend, "streams", False))
+
     def submit(
         self,
         prompt: Sequence[int],
@@ -51,14 +58,18 @@ class Engine:
         request_id: int,
         session: str,
         allowed: list[tuple[int, ...]] | None = None,
+        sink: Callable[[list[int]], None] | None = None,
     ) -> Future:
         """A future of the :class:`Generation` of ``prompt`` (within ``allowed``'s sequences
-        when given: the backends' constrained decoding)."""
+        when given: the backends' constrained decoding); ``sink`` gets its tokens as they are
+        sampled, on the engine's thread, where the backend streams."""
         fut: Future = Future()
         if self._closed:
             fut.set_exception(RuntimeError("the gateway's engine is closed"))
             return fut
-        self._queue.put(_Request(list(prompt), sampling, int(request_id), session, fut, allowed))
+        self._queue.put(
+            _Request(list(prompt), sampling, int(request_id), session, fut, allowed, sink)
+        )
         return fut
 
     def _run(self) -> None:
@@ -95,10 +106,20 @@ class Engine:
             request_ids=tuple(r.request_id for r in reqs),
             sessions=tuple(r.session for r in reqs),
         )
+        stream = {}
+        if any(r.sink is not None for r in reqs) and self.streams:
+            sinks = [r.sink for r in reqs]
+
+            def on_tokens(i: int, ids: Sequence[int]) -> None:
+                sink = sinks[i]
+                if sink is not None:
+                    sink(list(ids))
+
+            stream["on_tokens"] = on_tokens
         try:
             allowed = [r.allowed for r in reqs]
             gens: list[Generation] = self.backend.generate(
-                [r.prompt for r in reqs], params, allowed if any(allowed) else None
+                [r.prompt for r in reqs], params, allowed if any(allowed) else None, **stream
             )
             self.calls += 1
         except Exception as exc:  # the callers answer with the reason; the thread goes on

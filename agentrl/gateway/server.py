@@ -14,7 +14,10 @@ written for agentrl is bound to its episode without a code change; a header need
 set it. Routes:
 
 - ``GET /v1/models``: the one model;
-- ``POST /v1/chat/completions``: OpenAI's chat completions (streaming or not);
+- ``POST /v1/chat/completions``: OpenAI's chat completions (streaming or not: a streamed reply
+  that cannot become a tool call, with no tools or ``tool_choice="none"``, is sent in pieces as
+  the engine samples it where the engine streams (the Hugging Face engine); otherwise, and for
+  the other engines, in one piece once sampled);
 - ``POST /v1/sessions/{name}/reward``: the session's reward (``{"reward": r}``, optional
   ``step_rewards`` and ``state_keys``, one per call, and ``success``);
 - ``GET /v1/sessions/{name}``: the session's record (every call's ids, log-probs, version, ...).
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 import sys
 import threading
@@ -54,6 +58,8 @@ from .sessions import CallRecord, Session, SessionError, Sessions, outcome_of
 from .strict import allowed_calls
 
 __all__ = ["SESSION_HEADER", "Gateway"]
+
+log = logging.getLogger(__name__)
 
 #: The header that names a call's session, over the API key.
 SESSION_HEADER = "X-Session-Id"
@@ -264,6 +270,8 @@ class Gateway:
         try:
             session = self.sessions.get(name, create=True)
             req = parse_request(body)
+            if req.stream and self._streams_live(req):
+                return await self._live(session, req)
             record = await self.complete(session, req)
         except BadRequest as exc:
             return _error(400, str(exc), exc.param)
@@ -275,9 +283,100 @@ class Gateway:
             return StreamingResponse(self._sse(record, req), media_type="text/event-stream")
         return _JSON(self._completion(record))
 
+    def _streams_live(self, req: ChatRequest) -> bool:
+        """A streamed reply goes out in pieces as sampled where the engine streams and the
+        reply is its text as sampled: no tools, or ``tool_choice="none"`` (with tools a reply
+        is a call or text, known only once the whole response is read)."""
+        return self.engine.streams and (not req.tools or req.tool_choice == "none")
+
+    async def _live(self, session: Session, req: ChatRequest) -> Response:
+        """Start the call and answer with its stream once the engine has taken it: an error
+        before the first token (a bad request, a closed session) is still an HTTP error."""
+        loop = asyncio.get_running_loop()
+        tokens: asyncio.Queue[list[int]] = asyncio.Queue()
+
+        def sink(ids: list[int]) -> None:  # on the engine's thread
+            loop.call_soon_threadsafe(tokens.put_nowait, ids)
+
+        task = asyncio.ensure_future(self.complete(session, req, sink=sink))
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # always retrieved
+        first = asyncio.ensure_future(tokens.get())
+        await asyncio.wait({task, first}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done() and task.exception() is not None:
+            first.cancel()
+            raise task.exception()  # type: ignore[misc]
+        return StreamingResponse(self._sse_live(task, tokens, first, req),
+                                 media_type="text/event-stream")  # fmt: skip
+
+    def _settled(self, ids: list[int], stops: tuple[str, ...]) -> tuple[str, bool]:
+        """The text of the tokens so far that the reply will certainly begin with, and whether
+        more may follow: none once a ``stop`` string appeared (the record's reply says where it
+        cuts); a tail that may be the start of a stop string, or of a character whose bytes are
+        not all sampled yet, waits."""
+        body = ids[:-1] if ids and ids[-1] == self.renderer.stop_id else ids
+        text = self.tokenizer.decode(body, skip_special_tokens=True)
+        if any(s in text for s in stops):
+            return "", False
+        hold = 0
+        for s in stops:
+            hold = max([hold] + [k for k in range(1, len(s)) if text.endswith(s[:k])])
+        return text[: len(text) - hold].rstrip("\ufffd"), True
+
+    async def _sse_live(
+        self, task: asyncio.Future, tokens: asyncio.Queue, nxt: asyncio.Future, req: ChatRequest
+    ) -> AsyncIterator[str]:
+        """OpenAI's stream while the engine samples: the role, the text as it settles (see
+        :meth:`_settled`), then what the recorded reply has beyond it, the finish and the
+        usage. The pieces add up to the reply a plain call gets."""
+        chunk = self._chunker()
+        yield chunk({"role": "assistant", "content": ""})
+        ids: list[int] = []
+        sent, live = "", True
+        try:
+            while True:
+                await asyncio.wait({task, nxt}, return_when=asyncio.FIRST_COMPLETED)
+                if nxt.done():
+                    ids.extend(nxt.result())
+                    while not tokens.empty():
+                        ids.extend(tokens.get_nowait())
+                    nxt = asyncio.ensure_future(tokens.get())
+                    if live:
+                        text, live = self._settled(ids, req.stop)
+                        if len(text) > len(sent) and text.startswith(sent):
+                            yield chunk({"content": text[len(sent) :]})
+                            sent = text
+                if task.done():
+                    break
+        finally:
+            nxt.cancel()
+        try:
+            r: CallRecord = task.result()
+        except Exception as exc:  # noqa: BLE001 - the stream has begun: the error is an event
+            error = {"message": f"generation failed: {type(exc).__name__}: {exc}",
+                     "type": "server_error", "param": None}  # fmt: skip
+            yield f"data: {_dumps({'error': error}).decode()}\n\n"
+            return
+        content = r.reply.content or ""
+        if content.startswith(sent):
+            if len(content) > len(sent):
+                yield chunk({"content": content[len(sent) :]})
+        else:  # the tokenizer decodes a prefix of the tokens to other text: cannot be taken back
+            log.warning("gateway: the pieces streamed for call %d are not the start of its "
+                        "reply's text (the tokenizer decodes a prefix differently)", r.index)  # fmt: skip
+        yield chunk({}, r.reply.finish_reason)
+        if req.include_usage:
+            yield chunk.usage(self._usage(r))
+        yield "data: [DONE]\n\n"
+
     # -- one call ----------------------------------------------------------------------------------
-    async def complete(self, session: Session, req: ChatRequest) -> CallRecord:
-        """Render, sample and record one call of ``session`` (the prefix rule included)."""
+    async def complete(
+        self,
+        session: Session,
+        req: ChatRequest,
+        sink: Callable[[list[int]], None] | None = None,
+    ) -> CallRecord:
+        """Render, sample and record one call of ``session`` (the prefix rule included);
+        ``sink`` gets the response's tokens as they are sampled, where the engine streams."""
         t0 = time.perf_counter()
         base = session.base(req.messages, req.tools)
         if base is not None:
@@ -308,7 +407,7 @@ class Gateway:
         calls = allowed_calls(req.tools, req.tool_choice, req.tool_name, self.syntax)
         seqs = None if calls is None else [self.renderer.response_ids(c[2]) for c in calls]
         gen = await asyncio.wrap_future(
-            self.engine.submit(prompt, sampling, request_id, session.name, seqs)
+            self.engine.submit(prompt, sampling, request_id, session.name, seqs, sink)
         )
         ids, logprobs, finish = list(gen.token_ids), list(gen.logprobs), gen.finish_reason
         if seqs is None:
@@ -388,15 +487,14 @@ class Gateway:
             "usage": self._usage(r),
         }  # fmt: skip
 
+    def _chunker(self) -> _Chunker:
+        return _Chunker({"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
+                         "created": int(time.time()), "model": self.model_name})  # fmt: skip
+
     async def _sse(self, r: CallRecord, req: ChatRequest) -> AsyncIterator[str]:
-        """The reply as OpenAI's stream: the role, the content, each call, then the finish."""
-        head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
-                "created": int(time.time()), "model": self.model_name}  # fmt: skip
-
-        def chunk(delta: dict[str, Any], finish: str | None = None, **more: Any) -> str:
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-            return f"data: {_dumps({**head, 'choices': [choice], **more}).decode()}\n\n"
-
+        """The reply as OpenAI's stream, in one piece once sampled: the role, the content,
+        each call, then the finish."""
+        chunk = self._chunker()
         yield chunk({"role": "assistant", "content": ""})
         if r.reply.content:
             yield chunk({"content": r.reply.content})
@@ -404,5 +502,19 @@ class Gateway:
             yield chunk({"tool_calls": [{"index": i, **call}]})
         yield chunk({}, r.reply.finish_reason)
         if req.include_usage:
-            yield f"data: {_dumps({**head, 'choices': [], 'usage': self._usage(r)}).decode()}\n\n"
+            yield chunk.usage(self._usage(r))
         yield "data: [DONE]\n\n"
+
+
+class _Chunker:
+    """Server-sent events of one streamed reply (OpenAI's ``chat.completion.chunk``)."""
+
+    def __init__(self, head: dict[str, Any]):
+        self.head = head
+
+    def __call__(self, delta: dict[str, Any], finish: str | None = None) -> str:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return f"data: {_dumps({**self.head, 'choices': [choice]}).decode()}\n\n"
+
+    def usage(self, usage: dict[str, int]) -> str:
+        return f"data: {_dumps({**self.head, 'choices': [], 'usage': usage}).decode()}\n\n"

@@ -107,8 +107,10 @@ class MeteredBackend:
     def __init__(self, backend: Any, activity: Activity):
         self.backend, self.activity = backend, activity
 
-    def generate(self, prompts: Sequence[Sequence[int]], sampling: Any, allowed: Any = None):
-        gens = self.backend.generate(prompts, sampling, allowed)
+    def generate(
+        self, prompts: Sequence[Sequence[int]], sampling: Any, allowed: Any = None, **stream: Any
+    ):
+        gens = self.backend.generate(prompts, sampling, allowed, **stream)  # on_tokens
         self.activity.generated(len(gens), sum(len(g.token_ids) for g in gens))
         return gens
 

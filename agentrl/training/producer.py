@@ -304,9 +304,10 @@ class _VersionedBackend:
         prompts: Sequence[Sequence[int]],
         sampling: SamplingParams,
         allowed: Sequence[Sequence[Sequence[int]] | None] | None = None,
+        **stream: Any,  # on_tokens, for an engine that streams
     ) -> list[Generation]:
         self.producer._between_calls()
-        gens = self.backend.generate(prompts, sampling, allowed)
+        gens = self.backend.generate(prompts, sampling, allowed, **stream)
         if self.producer.in_flight:  # the engine's own per-token labels, as learner versions
             self.producer._relabel(gens)
             return gens
