@@ -334,3 +334,31 @@ def test_each_token_keeps_the_version_that_sampled_it(tiny, sokoban_pool):
         assert step_line(s, 0, decode=None, max_chars=100)["tokens"]["version"] == want
     one = dataclasses.replace(steps[0], token_versions=None, policy_version=7)
     assert one.versions() == [7] * len(one.response_ids)
+
+
+def test_the_hf_engine_streams_each_requests_tokens_as_sampled(tiny):
+    """``on_tokens`` gets every request's tokens in order, over several chunks and with a
+    trie's forced runs, and they add up to the Generation; the sample is the one a call
+    without it gives (streaming changes nothing), and a sink that fails only stops its stream."""
+    model, tok = tiny
+    backend = HFBackend(model, tok.pad_token_id, max_batch_size=2)  # 3 prompts: 2 chunks
+    prompts = [[5, 9, 13], [7, 7], [21, 4, 4, 8]]
+    allowed = [None, [[30, 31, 32, 33], [30, 40]], None]  # 30 forced, then a branch
+    sampling = SamplingParams(max_new_tokens=6, temperature=1.0, seed=3,
+                              stop_token_ids=(tok.eos_token_id,))  # fmt: skip
+    got: dict[int, list[list[int]]] = {0: [], 1: [], 2: []}
+    streamed = backend.generate(prompts, sampling, allowed,
+                                on_tokens=lambda i, ids: got[i].append(list(ids)))  # fmt: skip
+    plain = backend.generate(prompts, sampling, allowed)
+    for i, g in enumerate(streamed):
+        assert g.token_ids == plain[i].token_ids and g.logprobs == plain[i].logprobs
+        assert [t for piece in got[i] for t in piece] == g.token_ids
+        assert all(got[i])  # no empty piece
+    assert len(got[0]) == len(streamed[0].token_ids) > 1  # free sampling: a token a piece
+    assert got[1][0][0] == 30  # the forced token before the first forward pass
+
+    def broken(i, ids):
+        raise RuntimeError("the reader is gone")
+
+    assert [g.token_ids for g in backend.generate(prompts, sampling, allowed, on_tokens=broken)] \
+        == [g.token_ids for g in plain]  # fmt: skip
