@@ -228,6 +228,33 @@ def test_constraint_per_request_and_mixed_with_free(engine, tiny):
     assert len(gens[1].token_ids) == 5
 
 
+def test_streaming_hands_over_tokens_as_sampled_and_changes_nothing(engine, tiny):
+    """``on_tokens``: the engine run step by step gives the sample ``LLM.generate`` gives
+    (tokens and log-probs), each free request's tokens in several pieces that add up to it,
+    a constrained one's at its end; a sink that fails only stops its stream."""
+    tok = tiny.tokenizer
+    a = tok.encode("move up").ids
+    prompts = _prompts(tok, 3)
+    sampling = SamplingParams(max_new_tokens=8, temperature=1.0, seed=5)
+    allowed = [None, [a], None]
+    got: dict[int, list[list[int]]] = {0: [], 1: [], 2: []}
+    streamed = engine.generate(prompts, sampling, allowed,
+                               on_tokens=lambda i, ids: got[i].append(list(ids)))  # fmt: skip
+    plain = engine.generate(prompts, sampling, allowed)
+    for i, g in enumerate(streamed):
+        assert g.token_ids == plain[i].token_ids
+        assert g.logprobs == pytest.approx(plain[i].logprobs, abs=1e-5)
+        assert [t for piece in got[i] for t in piece] == g.token_ids
+    assert len(got[0]) > 1 and len(got[2]) > 1 and got[1] == [a]
+
+    def broken(i, ids):
+        raise RuntimeError("the reader is gone")
+
+    again = engine.generate(prompts, sampling, allowed, on_tokens=broken)
+    assert [g.token_ids for g in again] == [g.token_ids for g in plain]
+    assert not engine._llm.llm_engine.has_unfinished_requests()
+
+
 class _Records(logging.Handler):
     def __init__(self):
         super().__init__(logging.DEBUG)

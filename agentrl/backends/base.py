@@ -38,6 +38,21 @@ __all__ = ["Backend", "BackendError", "Generation", "SamplingParams", "TokenSink
 TokenSink = Callable[[int, Sequence[int]], None]
 
 
+def guarded(sink: TokenSink) -> TokenSink:
+    """``sink`` until it fails once (its reader gone), then nothing: an engine's sample never
+    fails for its stream."""
+    broken: list[bool] = []
+
+    def call(i: int, ids: Sequence[int]) -> None:
+        if not broken:
+            try:
+                sink(i, list(ids))
+            except Exception:  # noqa: BLE001 - the sample matters more than its stream
+                broken.append(True)
+
+    return call
+
+
 class BackendError(RuntimeError):
     """An engine cannot go on (a server gone, one serving other weights): its message is one
     line naming the cause, which the trainer prints as it is."""

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .base import Generation, SamplingParams, TokenSink
+from .base import Generation, SamplingParams, TokenSink, guarded
 from .trie import Trie, cached_trie
 
 __all__ = ["HFBackend"]
@@ -91,6 +91,7 @@ class HFBackend:
         for i, p in enumerate(prompts):
             if len(p) == 0:
                 raise ValueError(f"prompt {i} is empty")
+        on_tokens = None if on_tokens is None else guarded(on_tokens)
         tries = [
             None if allowed is None or allowed[i] is None else cached_trie(allowed[i])
             for i in range(n)
@@ -331,16 +332,5 @@ def _truncate(probs: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
 
 
 def _chunk_sink(on_tokens: TokenSink, idx: Sequence[int]) -> TokenSink:
-    """The sink of one chunk: its row ``r`` is request ``idx[r]`` of the call. A sink that
-    fails (its reader gone) is not called again; the generation goes on."""
-    broken = []
-
-    def sink(r: int, ids: Sequence[int]) -> None:
-        if broken:
-            return
-        try:
-            on_tokens(idx[r], list(ids))
-        except Exception:  # noqa: BLE001 - the sample matters more than its stream
-            broken.append(True)
-
-    return sink
+    """The sink of one chunk: its row ``r`` is request ``idx[r]`` of the call."""
+    return lambda r, ids: on_tokens(idx[r], ids)

