@@ -8,6 +8,7 @@ import copy
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -172,6 +173,56 @@ def test_a_streamed_reply_comes_in_pieces_that_add_up_to_the_plain_reply(gateway
         assert chunks[-1].choices[0].finish_reason == plain.choices[0].finish_reason
         pieces_seen = max(pieces_seen, len(pieces))
     assert pieces_seen >= 3  # the old path sent the content in one piece
+
+
+class DiesMidway:
+    """The HF engine that hands over its first tokens, then fails (an engine dying mid-reply)."""
+
+    streams = True
+
+    def __init__(self, inner: HFBackend):
+        self.inner = inner
+
+    def generate(self, prompts, sampling, allowed=None, on_tokens=None):
+        gens = self.inner.generate(prompts, sampling, allowed)
+        if on_tokens is not None:
+            on_tokens(0, gens[0].token_ids[:2])
+        raise RuntimeError("the engine died")
+
+    def update_weights(self, state_dict):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_a_streamed_reply_errs_before_its_stream_as_http_and_after_as_an_event(gateway, tiny):
+    """A bad streamed request is an HTTP error, not a stream; a client that leaves mid-stream
+    leaves the call recorded and the gateway serving; an engine that fails after the first
+    pieces ends the stream with OpenAI's error event."""
+    body = {"model": "x", "messages": MSGS, "stream": True, "max_tokens": 10**6}
+    head = {"Authorization": "Bearer leaver"}
+    r = httpx.post(f"{gateway.base_url}/chat/completions", json=body, headers=head)
+    assert r.status_code == 400 and "max_tokens" in r.json()["error"]["message"]
+    body["max_tokens"] = 12
+    with httpx.stream("POST", f"{gateway.base_url}/chat/completions", json=body,
+                      headers=head) as r:  # fmt: skip
+        assert r.status_code == 200
+        next(r.iter_lines())  # the first event, then the client goes
+    deadline = time.monotonic() + 10
+    while not gateway.sessions.get("leaver").calls and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(gateway.sessions.get("leaver").calls) == 1
+    assert client(gateway, "after-leaver").chat.completions.create(model="x", messages=MSGS)
+    model, tok = tiny
+    with Gateway(DiesMidway(HFBackend(model, tok.pad_token_id)), tok, max_tokens=12) as gw:
+        gw.start()
+        with httpx.stream("POST", f"{gw.base_url}/chat/completions", json=body,
+                          headers=head) as r:  # fmt: skip
+            events = [line for line in r.iter_lines() if line.startswith("data: ")]
+    assert r.status_code == 200
+    assert '"content":' in events[1] and "the engine died" in events[-1]
+    assert json.loads(events[-1][6:])["error"]["type"] == "server_error"
 
 
 def test_a_tool_call_comes_back_as_tool_calls_and_the_next_call_extends_its_tokens(forced, tiny):
