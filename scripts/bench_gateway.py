@@ -4,6 +4,7 @@
     python scripts/bench_gateway.py --only overhead --calls 200
     python scripts/bench_gateway.py --only work --calls 400
     python scripts/bench_gateway.py --only concurrency --sessions 1 16 64
+    python scripts/bench_gateway.py --only stream --calls 50 --stream-tokens 64
 
 - overhead: the same request, alternated: a direct ``HFBackend.generate`` of the prompt ids
   (the engine alone) against a ``/v1/chat/completions`` POST to the gateway on loopback (one
@@ -22,6 +23,10 @@
   of a growing dialogue, spread over ``--procs`` client processes (so the clients do not share
   the server's interpreter); calls/s over the whole run, against the engine's own calls/s when it is
   given the same prompts N at a time (batched: what the gateway's engine thread can do at best).
+- stream: a streamed reply with no tools (``stream=True``, sampled with a fixed seed, up to
+  ``--stream-tokens`` tokens) on one keep-alive client: the time to its first content piece and
+  to its last event, alternated with the same request not streamed (the whole reply); medians,
+  and the first piece's and the last event's times as fractions of the whole reply's.
 """
 
 from __future__ import annotations
@@ -73,6 +78,39 @@ def overhead(gw: Gateway, backend: HFBackend, tok, calls: int, tokens: int) -> N
           f"{md * 1e3:.2f} ms, through the gateway {mg * 1e3:.2f} ms; added per call: median "
           f"{np.median(diff) * 1e3:.2f} ms, p99 {np.percentile(diff, 99) * 1e3:.2f} ms; "
           f"ratio {mg / md:.2f}x")  # fmt: skip
+
+
+def stream(gw: Gateway, calls: int, tokens: int) -> None:
+    base = {"model": "x", "messages": MSGS, "temperature": 1.0, "seed": 3, "max_tokens": tokens}
+    first, last, plain, pieces, sizes = [], [], [], [], []
+    with httpx.Client(base_url=gw.base_url, timeout=60) as http:
+        for i in range(calls + 3):
+            head = {"Authorization": f"Bearer stream-{i}"}  # a session a call: no prefix reuse
+            t0 = time.perf_counter()
+            r = http.post("/chat/completions", json=base, headers={"X-Session-Id": f"p-{i}"})
+            t1 = time.perf_counter()
+            r.raise_for_status()
+            n, t_first = 0, None
+            with http.stream("POST", "/chat/completions", json={**base, "stream": True},
+                             headers=head) as s:  # fmt: skip
+                for line in s.iter_lines():
+                    event = json.loads(line[6:]) if line.startswith("data: {") else {}
+                    if any(c["delta"].get("content") for c in event.get("choices", ())):
+                        t_first = t_first or time.perf_counter()
+                        n += 1
+            t2 = time.perf_counter()
+            if i >= 3 and t_first is not None:
+                plain.append(t1 - t0)
+                first.append(t_first - t1)
+                last.append(t2 - t1)
+                pieces.append(n)
+                sizes.append(r.json()["usage"]["completion_tokens"])
+    mp, mf, ml = (statistics.median(x) for x in (plain, first, last))
+    print(f"stream ({len(first)} calls with content, {statistics.median(sizes):.0f} tokens a reply "
+          f"(median), {statistics.median(pieces):.0f} pieces): the whole reply not streamed "
+          f"{mp * 1e3:.1f} ms; streamed: first piece {mf * 1e3:.1f} ms, last event "
+          f"{ml * 1e3:.1f} ms; first piece / whole reply {mf / mp:.2f}, last event / whole "
+          f"reply {ml / mp:.2f}")  # fmt: skip
 
 
 class Instant:
@@ -213,9 +251,10 @@ def concurrency(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--only", choices=["overhead", "work", "concurrency"], default=None)
+    ap.add_argument("--only", choices=["overhead", "work", "concurrency", "stream"], default=None)
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--tokens", type=int, default=8)
+    ap.add_argument("--stream-tokens", type=int, default=64, help="a streamed reply's cap")
     ap.add_argument("--sessions", type=int, nargs="+", default=[1, 16, 64])
     ap.add_argument("--per-session", type=int, default=4)
     ap.add_argument("--procs", type=int, default=4, help="client processes (sessions split)")
@@ -225,7 +264,8 @@ def main() -> None:
     model, tok, _ = load_model("tiny")
     model.eval()
     backend = HFBackend(model, tok.pad_token_id)
-    with Gateway(backend, tok, max_tokens=args.tokens) as gw:
+    cap = max(args.tokens, args.stream_tokens)
+    with Gateway(backend, tok, max_tokens=cap) as gw:
         gw.start()
         if args.only in (None, "overhead"):
             overhead(gw, backend, tok, args.calls, args.tokens)
@@ -234,6 +274,8 @@ def main() -> None:
             work(tok, args.calls)
         if args.only in (None, "concurrency"):
             concurrency(gw, backend, args.sessions, args.per_session, args.tokens, args.procs)
+        if args.only in (None, "stream"):
+            stream(gw, args.calls if args.only == "stream" else 50, args.stream_tokens)
 
 
 if __name__ == "__main__":

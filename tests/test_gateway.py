@@ -155,10 +155,13 @@ def test_streaming_gives_the_same_reply_as_a_plain_call_with_the_same_seed(gatew
 
 
 @pytest.mark.parametrize("stop", [None, ["e"], [" t", "ou"]], ids=["no-stop", "stop", "stops"])
-def test_a_streamed_reply_comes_in_pieces_that_add_up_to_the_plain_reply(gateway, stop):
+def test_a_streamed_reply_comes_in_pieces_that_add_up_to_the_plain_reply(
+    gateway, stop, monkeypatch
+):
     """The HF engine streams: a reply with no tools arrives in several content pieces as it is
     sampled, and for any seed they add up to the plain call's content, stop strings (which cut
     the reply where one first appears) included."""
+    monkeypatch.setattr(gateway, "stream_interval_s", 0.0)  # a piece whenever tokens come
     pieces_seen = 0
     for seed in range(6):
         kw = dict(model="x", messages=MSGS, seed=seed, max_tokens=12, temperature=1.0, stop=stop)
@@ -187,6 +190,7 @@ class DiesMidway:
         gens = self.inner.generate(prompts, sampling, allowed)
         if on_tokens is not None:
             on_tokens(0, gens[0].token_ids[:2])
+            time.sleep(0.5)  # the stream has begun by then
         raise RuntimeError("the engine died")
 
     def update_weights(self, state_dict):

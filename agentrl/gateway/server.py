@@ -136,6 +136,9 @@ class Gateway:
             loop waits for the engine thread's Python between every step of a request; 0.5 ms
             lets it take and answer requests while the engine samples
             (docs/benchmarks.md, "Gateway overhead per call").
+        stream_interval_s: the least time between two pieces of a streamed reply (each piece
+            takes the interpreter from the engine's thread; docs/benchmarks.md, "Streamed
+            replies").
     """
 
     def __init__(
@@ -153,6 +156,7 @@ class Gateway:
         syntax: str | None = None,
         version: Callable[[], int] | None = None,
         switch_interval: float | None = 0.0005,
+        stream_interval_s: float = 0.01,
     ):
         self.tokenizer, self.model_name = tokenizer, model_name
         template = getattr(tokenizer, "chat_template", None)
@@ -174,6 +178,7 @@ class Gateway:
             ]
         )
         self.switch_interval = switch_interval
+        self.stream_interval_s = float(stream_interval_s)  # the least time between two pieces
         self._saved_interval: float | None = None
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -292,21 +297,13 @@ class Gateway:
     async def _live(self, session: Session, req: ChatRequest) -> Response:
         """Start the call and answer with its stream once the engine has taken it: an error
         before the first token (a bad request, a closed session) is still an HTTP error."""
-        loop = asyncio.get_running_loop()
-        tokens: asyncio.Queue[list[int]] = asyncio.Queue()
-
-        def sink(ids: list[int]) -> None:  # on the engine's thread
-            loop.call_soon_threadsafe(tokens.put_nowait, ids)
-
-        task = asyncio.ensure_future(self.complete(session, req, sink=sink))
+        tokens = _Tokens(asyncio.get_running_loop())
+        task = asyncio.ensure_future(self.complete(session, req, sink=tokens.put))
         task.add_done_callback(lambda t: t.cancelled() or t.exception())  # always retrieved
-        first = asyncio.ensure_future(tokens.get())
-        await asyncio.wait({task, first}, return_when=asyncio.FIRST_COMPLETED)
+        await tokens.wait(task)
         if task.done() and task.exception() is not None:
-            first.cancel()
             raise task.exception()  # type: ignore[misc]
-        return StreamingResponse(self._sse_live(task, tokens, first, req),
-                                 media_type="text/event-stream")  # fmt: skip
+        return StreamingResponse(self._sse_live(task, tokens, req), media_type="text/event-stream")
 
     def _settled(self, ids: list[int], stops: tuple[str, ...]) -> tuple[str, bool]:
         """The text of the tokens so far that the reply will certainly begin with, and whether
@@ -323,32 +320,26 @@ class Gateway:
         return text[: len(text) - hold].rstrip("\ufffd"), True
 
     async def _sse_live(
-        self, task: asyncio.Future, tokens: asyncio.Queue, nxt: asyncio.Future, req: ChatRequest
+        self, task: asyncio.Future, tokens: _Tokens, req: ChatRequest
     ) -> AsyncIterator[str]:
         """OpenAI's stream while the engine samples: the role, the text as it settles (see
-        :meth:`_settled`), then what the recorded reply has beyond it, the finish and the
-        usage. The pieces add up to the reply a plain call gets."""
+        :meth:`_settled`; at most a piece every ``stream_interval_s``, so the HTTP loop takes
+        the interpreter from the engine's thread that often at most), then what the recorded
+        reply has beyond it, the finish and the usage. The pieces add up to the reply a plain
+        call gets."""
         chunk = self._chunker()
         yield chunk({"role": "assistant", "content": ""})
         ids: list[int] = []
         sent, live = "", True
-        try:
-            while True:
-                await asyncio.wait({task, nxt}, return_when=asyncio.FIRST_COMPLETED)
-                if nxt.done():
-                    ids.extend(nxt.result())
-                    while not tokens.empty():
-                        ids.extend(tokens.get_nowait())
-                    nxt = asyncio.ensure_future(tokens.get())
-                    if live:
-                        text, live = self._settled(ids, req.stop)
-                        if len(text) > len(sent) and text.startswith(sent):
-                            yield chunk({"content": text[len(sent) :]})
-                            sent = text
-                if task.done():
-                    break
-        finally:
-            nxt.cancel()
+        while not task.done():
+            await tokens.wait(task)
+            ids.extend(tokens.take())
+            if live and not task.done():
+                text, live = self._settled(ids, req.stop)
+                if len(text) > len(sent) and text.startswith(sent):
+                    yield chunk({"content": text[len(sent) :]})
+                    sent = text
+                    await asyncio.wait({task}, timeout=self.stream_interval_s)
         try:
             r: CallRecord = task.result()
         except Exception as exc:  # noqa: BLE001 - the stream has begun: the error is an event
@@ -504,6 +495,44 @@ class Gateway:
         if req.include_usage:
             yield chunk.usage(self._usage(r))
         yield "data: [DONE]\n\n"
+
+
+class _Tokens:
+    """A streamed call's tokens, put by the engine's thread and taken by the HTTP loop, which
+    is woken only when it waits for them (once per piece, not per token)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop, self.lock = loop, threading.Lock()
+        self.ids: list[int] = []
+        self.waiting = False
+        self.ready = asyncio.Event()
+
+    def put(self, ids: list[int]) -> None:  # on the engine's thread
+        with self.lock:
+            self.ids.extend(ids)
+            wake, self.waiting = self.waiting, False
+        if wake:
+            self.loop.call_soon_threadsafe(self.ready.set)
+
+    def take(self) -> list[int]:
+        with self.lock:
+            ids, self.ids = self.ids, []
+        return ids
+
+    async def wait(self, task: asyncio.Future) -> None:
+        """Until tokens are there or ``task`` is done."""
+        with self.lock:
+            if self.ids:
+                return
+            self.ready.clear()
+            self.waiting = True
+        ready = asyncio.ensure_future(self.ready.wait())
+        try:
+            await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ready.cancel()
+            with self.lock:
+                self.waiting = False
 
 
 class _Chunker:
