@@ -18,6 +18,7 @@ checked in the tests at the end.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import platform
 import signal
@@ -108,6 +109,23 @@ def test_parity_with_the_in_process_engine(fleet, engine):
     assert out[1].token_ids in ALLOWED[1] and out[3].token_ids in ALLOWED[3]  # the trie
     greedy = SamplingParams(max_new_tokens=8, temperature=0.0)
     _same(fleet.generate(PROMPTS, greedy), engine.generate(PROMPTS, greedy))
+
+
+def test_streamed_requests_hand_over_tokens_as_the_servers_send_them(fleet):
+    """``on_tokens``: free requests are streamed from their servers (vLLM's ``stream``) in
+    pieces that add up to the Generation, a constrained one's tokens come at its end, and the
+    sample is the one a plain call gets (tokens, log-probs, versions)."""
+    got: dict[int, list[list[int]]] = {i: [] for i in range(len(PROMPTS))}
+    sampling = dataclasses.replace(SAMPLING, max_new_tokens=24, stop_token_ids=())
+    streamed = fleet.generate(PROMPTS, sampling, ALLOWED,
+                              on_tokens=lambda i, ids: got[i].append(list(ids)))  # fmt: skip
+    plain = fleet.generate(PROMPTS, sampling, ALLOWED)
+    _same(streamed, plain, atol=1e-6)
+    for i, g in enumerate(streamed):
+        assert [t for piece in got[i] for t in piece] == g.token_ids
+        assert g.extra["policy_version"] == plain[i].extra["policy_version"]
+    assert max(len(got[i]) for i in (0, 2, 4, 5)) > 1  # pieces, not the whole reply at once
+    assert got[1] == [streamed[1].token_ids] and got[3] == [streamed[3].token_ids]
 
 
 def test_weight_sync_parity_and_versions(fleet, engine):
@@ -267,7 +285,7 @@ def test_a_conversation_stays_on_its_server(fleet):
     assert len(set().union(*seen.values())) == 2  # the conversations spread over both
     # no conversation: the least loaded server, so equal requests split evenly (long enough
     # that none has finished before the last is placed, even on a busy machine)
-    out = fleet.generate([[5, 6, 7]] * 8, SamplingParams(max_new_tokens=64, seed=1))
+    out = fleet.generate([[5, 6, 7]] * 8, SamplingParams(max_new_tokens=160, seed=1))
     counts = [sum(g.extra["server"] == s.url for g in out) for s in fleet.servers]
     assert counts == [4, 4]
 

@@ -18,7 +18,11 @@ engine guarantees holds over HTTP:
 - a server holding other weights is refused before it samples for training: at attach, a
   seeded probe's log-probs must match the trainer's own model (another model, other weights);
   at every call, the server's ``/weight_info`` must be the fleet's version, and every reply's
-  version spans too (a server someone else updated, one a sync missed).
+  version spans too (a server someone else updated, one a sync missed);
+- streaming (``generate(..., on_tokens=...)``, the gateway's streamed replies): a free request
+  is sent with vLLM's ``stream`` and its tokens handed over chunk by chunk; a replay hands over
+  only the tokens past those already sent (the same seed gives the same tokens on the same
+  weights).
 
 Routing: the calls of one conversation (``SamplingParams.sessions``, an episode) go to the
 server that served its first call while that server lives (its prefix cache holds the growing
@@ -74,7 +78,7 @@ from typing import Any
 import torch
 
 from .. import distributed as D
-from .base import BackendError, Generation, SamplingParams
+from .base import BackendError, Generation, SamplingParams, TokenSink, guarded
 from .fleet_lora import merged_state, wire_adapter
 from .fleet_transfer import BACKEND, HTTPClient, TransferError, open_sender, send, state_source
 from .remote import quiet_http_logs
@@ -224,6 +228,61 @@ def _post(http: Any, url: str, body: dict[str, Any], timeout: float) -> dict[str
         raise _RequestFailed(f"a reply that is not JSON: {exc}") from None
 
 
+def _post_stream(
+    http: Any, url: str, body: dict[str, Any], timeout: float, sink: _Sink
+) -> dict[str, Any]:
+    """The same POST with ``stream: true``: vLLM's token chunks, each one's new tokens handed
+    to ``sink`` as they come, gathered into the reply a plain POST gives (token ids, log-probs,
+    the final chunk's version spans and finish reason). ``timeout`` bounds the whole reply."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    tokens: list[int] = []
+    logprobs: list[Any] = []
+    last: dict[str, Any] = {}
+    try:
+        with http.stream("POST", url, json={**body, "stream": True}, timeout=timeout) as reply:
+            if reply.status_code != 200:
+                detail = " ".join(reply.read().decode(errors="replace").split())[:300]
+                raise _RequestFailed(f"HTTP {reply.status_code}: {detail}")
+            for line in reply.iter_lines():
+                if time.monotonic() > deadline:
+                    raise _RequestFailed(f"ReadTimeout: the stream ran past {timeout:g} s", True)
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                try:
+                    event = json.loads(line[6:])
+                except ValueError as exc:
+                    raise _RequestFailed(f"a stream event that is not JSON: {exc}") from None
+                if "error" in event:
+                    raise _RequestFailed(f"the stream failed: {str(event['error'])[:300]}")
+                for choice in event.get("choices") or ():
+                    tokens.extend(int(t) for t in choice.get("token_ids") or ())
+                    logprobs.extend((choice.get("logprobs") or {}).get("content") or ())
+                    last = choice
+                sink.offer(tokens)
+    except httpx.TransportError as exc:  # refused, reset, timed out
+        raise _RequestFailed(
+            f"{type(exc).__name__}: {exc}", isinstance(exc, httpx.TimeoutException)
+        ) from None
+    if not last.get("finish_reason"):
+        raise _RequestFailed("the stream ended before its reply finished")
+    return {"choices": [{**last, "token_ids": tokens, "logprobs": {"content": logprobs}}]}
+
+
+class _Sink:
+    """One request's stream: the tokens not yet handed over go to ``sink``; a replay (same
+    body and seed, the same tokens) hands over only those past what was sent."""
+
+    def __init__(self, sink: Callable[[list[int]], None]):
+        self.sink, self.sent = sink, 0
+
+    def offer(self, tokens: list[int]) -> None:
+        if len(tokens) > self.sent:
+            self.sink(tokens[self.sent :])
+            self.sent = len(tokens)
+
+
 def _get_ok(url: str, timeout: float = 3.0) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as reply:
@@ -245,7 +304,8 @@ def _model_dtype(model_path: str, dtype: str) -> str:
 
 
 class FleetBackend:
-    """Generation on a fleet of vLLM servers (see the module docstring).
+    """Generation on a fleet of vLLM servers (see the module docstring). It streams
+    (``generate(..., on_tokens=...)``).
 
     Args:
         model_path: the run's model folder (what launched servers serve).
@@ -268,6 +328,8 @@ class FleetBackend:
             of the ``total`` launched on this machine (each torchrun rank launching its own
             share), which picks its GPU or its slice of the cores (``None``: ``j`` of ``servers``).
     """
+
+    streams = True
 
     def __init__(
         self,
@@ -595,8 +657,14 @@ class FleetBackend:
         params.update(max_tokens=int(max_tokens), stop_token_ids=stop)
         return {"token_ids": prompt, "sampling_params": params}
 
-    def _request(self, server: Server, body: dict[str, Any]) -> dict[str, Any]:
-        reply = _post(self._http, server.url + "/inference/v1/generate", body, self.request_timeout)
+    def _request(
+        self, server: Server, body: dict[str, Any], sink: _Sink | None = None
+    ) -> dict[str, Any]:
+        url = server.url + "/inference/v1/generate"
+        if sink is None:
+            reply = _post(self._http, url, body, self.request_timeout)
+        else:
+            reply = _post_stream(self._http, url, body, self.request_timeout, sink)
         choices = reply.get("choices") if isinstance(reply, dict) else None
         if not choices or not isinstance(choices[0].get("token_ids"), list):
             raise _RequestFailed(f"a reply without token ids: {str(reply)[:200]}")
@@ -643,9 +711,12 @@ class FleetBackend:
             server.outstanding += cost
         return server
 
-    def _play(self, body: dict[str, Any], session: str | None, failed: set[int]) -> tuple:
+    def _play(
+        self, body: dict[str, Any], session: str | None, failed: set[int], sink: _Sink | None
+    ) -> tuple:
         """One request on the fleet, replayed on another server while one fails (a timed-out
-        one aborted first on the server that did not answer)."""
+        one aborted first on the server that did not answer); streamed into ``sink`` when
+        given."""
         cost = len(body["token_ids"]) + int(body["sampling_params"]["max_tokens"])
         tries: collections.Counter = collections.Counter()  # failures per launch, this request
         while True:
@@ -653,7 +724,7 @@ class FleetBackend:
             starts = server.starts
             body = {**body, "request_id": f"agentrl-{uuid.uuid4().hex}"}
             try:
-                choice = self._request(server, body)
+                choice = self._request(server, body, sink)
                 tokens, lps = self._tokens(choice)
             except _RequestFailed as exc:
                 with self._lock:
@@ -831,16 +902,20 @@ class FleetBackend:
         prompts: Sequence[Sequence[int]],
         sampling: SamplingParams,
         allowed: Sequence[Sequence[Sequence[int]] | None] | None = None,
+        on_tokens: TokenSink | None = None,
     ) -> list[Generation]:
-        """One response per prompt, spread over the fleet (see the module docstring)."""
+        """One response per prompt, spread over the fleet (see the module docstring); with
+        ``on_tokens``, free requests are streamed from their servers (vLLM's ``stream``) and
+        their tokens handed over as they come, a constrained one's when it ends."""
         self._check_open()
+        on_tokens = None if on_tokens is None else guarded(on_tokens)
         if allowed is not None and len(allowed) != len(prompts):
             raise ValueError(f"allowed has {len(allowed)} entries for {len(prompts)} prompts")
         failed: set[int] = set()
         first = self.version  # keep mode: a sync during the call may move replies past it
         self._check_versions(failed)
         results: list[Generation | None] = [None] * len(prompts)
-        jobs: list[tuple[int, dict[str, Any], str | None, Trie | None]] = []
+        jobs: list[tuple[int, dict[str, Any], str | None, Trie | None, _Sink | None]] = []
         for i, prompt in enumerate(prompts):
             ids = [int(t) for t in prompt]
             if not ids:
@@ -853,10 +928,13 @@ class FleetBackend:
             req_allowed = allowed[i] if allowed is not None else None
             session = sampling.sessions[i] if sampling.sessions is not None else None
             trie = Trie(req_allowed) if req_allowed is not None else None
-            jobs.append((i, self._body(i, ids, sampling, req_allowed), session, trie))
-        replies = list(self._executor.map(lambda j: self._play(j[1], j[2], failed), jobs))
+            sink = None
+            if on_tokens is not None and trie is None:
+                sink = _Sink(lambda ids, i=i: on_tokens(i, ids))
+            jobs.append((i, self._body(i, ids, sampling, req_allowed), session, trie, sink))
+        replies = list(self._executor.map(lambda j: self._play(j[1], j[2], failed, j[4]), jobs))
         self._count_failures(failed)
-        for (i, _, _, trie), (server, choice, tokens, lps) in zip(jobs, replies, strict=True):
+        for (i, _, _, trie, _), (server, choice, tokens, lps) in zip(jobs, replies, strict=True):
             versions = self._token_versions(server, choice, len(tokens), first)
             finish = "length" if choice.get("finish_reason") == "length" else "stop"
             if trie is not None:
@@ -872,6 +950,8 @@ class FleetBackend:
             if self.keep_in_flight:
                 extra["token_versions"] = versions
             results[i] = Generation(tokens, lps, finish, extra=extra)  # type: ignore[arg-type]
+            if on_tokens is not None and trie is not None and tokens:
+                on_tokens(i, list(tokens))
         return results  # type: ignore[return-value]
 
     def _token_versions(

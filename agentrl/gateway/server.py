@@ -16,8 +16,8 @@ set it. Routes:
 - ``GET /v1/models``: the one model;
 - ``POST /v1/chat/completions``: OpenAI's chat completions (streaming or not: a streamed reply
   that cannot become a tool call, with no tools or ``tool_choice="none"``, is sent in pieces as
-  the engine samples it where the engine streams (the in-process Hugging Face and vLLM engines);
-  otherwise, and on a fleet, in one piece once sampled);
+  the engine samples it where the engine streams (the Hugging Face and vLLM engines, the
+  fleet); otherwise in one piece once sampled);
 - ``POST /v1/sessions/{name}/reward``: the session's reward (``{"reward": r}``, optional
   ``step_rewards`` and ``state_keys``, one per call, and ``success``);
 - ``GET /v1/sessions/{name}``: the session's record (every call's ids, log-probs, version, ...).
