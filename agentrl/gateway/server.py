@@ -343,8 +343,9 @@ class Gateway:
         try:
             r: CallRecord = task.result()
         except Exception as exc:  # noqa: BLE001 - the stream has begun: the error is an event
-            error = {"message": f"generation failed: {type(exc).__name__}: {exc}",
-                     "type": "server_error", "param": None}  # fmt: skip
+            why = exc.message if isinstance(exc, SessionError) else (
+                f"generation failed: {type(exc).__name__}: {exc}")  # fmt: skip
+            error = {"message": why, "type": "server_error", "param": None}
             yield f"data: {_dumps({'error': error}).decode()}\n\n"
             return
         content = r.reply.content or ""
