@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-__all__ = ["Backend", "BackendError", "Generation", "SamplingParams", "TokenSink"]
+__all__ = ["Backend", "BackendError", "Generation", "Handover", "SamplingParams", "TokenSink"]
 
 #: ``on_tokens(i, ids)``: request ``i`` has sampled ``ids`` since the last call (see above).
 TokenSink = Callable[[int, Sequence[int]], None]
@@ -51,6 +51,20 @@ def guarded(sink: TokenSink) -> TokenSink:
                 broken.append(True)
 
     return call
+
+
+class Handover:
+    """One call's stream: ``offer(i, tokens)`` with request ``i``'s tokens so far hands the
+    ones past those already given to ``sink`` (guarded: a sink that fails is not called
+    again). A request that offers the same tokens again (a replay) hands over nothing new."""
+
+    def __init__(self, sink: TokenSink, n: int):
+        self.sink, self.sent = guarded(sink), [0] * n
+
+    def offer(self, i: int, tokens: Sequence[int]) -> None:
+        if len(tokens) > self.sent[i]:
+            self.sink(i, [int(t) for t in tokens[self.sent[i] :]])
+            self.sent[i] = len(tokens)
 
 
 class BackendError(RuntimeError):

@@ -78,7 +78,7 @@ from typing import Any
 import torch
 
 from .. import distributed as D
-from .base import BackendError, Generation, SamplingParams, TokenSink, guarded
+from .base import BackendError, Generation, Handover, SamplingParams, TokenSink
 from .fleet_lora import merged_state, wire_adapter
 from .fleet_transfer import BACKEND, HTTPClient, TransferError, open_sender, send, state_source
 from .remote import quiet_http_logs
@@ -229,10 +229,10 @@ def _post(http: Any, url: str, body: dict[str, Any], timeout: float) -> dict[str
 
 
 def _post_stream(
-    http: Any, url: str, body: dict[str, Any], timeout: float, sink: _Sink
+    http: Any, url: str, body: dict[str, Any], timeout: float, sink: Callable[[list[int]], None]
 ) -> dict[str, Any]:
-    """The same POST with ``stream: true``: vLLM's token chunks, each one's new tokens handed
-    to ``sink`` as they come, gathered into the reply a plain POST gives (token ids, log-probs,
+    """The same POST with ``stream: true``: vLLM's token chunks, the tokens so far handed to
+    ``sink`` after each, gathered into the reply a plain POST gives (token ids, log-probs,
     the final chunk's version spans and finish reason). ``timeout`` bounds the whole reply."""
     import httpx
 
@@ -260,7 +260,7 @@ def _post_stream(
                     tokens.extend(int(t) for t in choice.get("token_ids") or ())
                     logprobs.extend((choice.get("logprobs") or {}).get("content") or ())
                     last = choice
-                sink.offer(tokens)
+                sink(tokens)
     except httpx.TransportError as exc:  # refused, reset, timed out
         raise _RequestFailed(
             f"{type(exc).__name__}: {exc}", isinstance(exc, httpx.TimeoutException)
@@ -268,19 +268,6 @@ def _post_stream(
     if not last.get("finish_reason"):
         raise _RequestFailed("the stream ended before its reply finished")
     return {"choices": [{**last, "token_ids": tokens, "logprobs": {"content": logprobs}}]}
-
-
-class _Sink:
-    """One request's stream: the tokens not yet handed over go to ``sink``; a replay (same
-    body and seed, the same tokens) hands over only those past what was sent."""
-
-    def __init__(self, sink: Callable[[list[int]], None]):
-        self.sink, self.sent = sink, 0
-
-    def offer(self, tokens: list[int]) -> None:
-        if len(tokens) > self.sent:
-            self.sink(tokens[self.sent :])
-            self.sent = len(tokens)
 
 
 def _get_ok(url: str, timeout: float = 3.0) -> bool:
@@ -658,7 +645,7 @@ class FleetBackend:
         return {"token_ids": prompt, "sampling_params": params}
 
     def _request(
-        self, server: Server, body: dict[str, Any], sink: _Sink | None = None
+        self, server: Server, body: dict[str, Any], sink: Callable[[list[int]], None] | None = None
     ) -> dict[str, Any]:
         url = server.url + "/inference/v1/generate"
         if sink is None:
@@ -712,7 +699,11 @@ class FleetBackend:
         return server
 
     def _play(
-        self, body: dict[str, Any], session: str | None, failed: set[int], sink: _Sink | None
+        self,
+        body: dict[str, Any],
+        session: str | None,
+        failed: set[int],
+        sink: Callable[[list[int]], None] | None,
     ) -> tuple:
         """One request on the fleet, replayed on another server while one fails (a timed-out
         one aborted first on the server that did not answer); streamed into ``sink`` when
@@ -908,14 +899,14 @@ class FleetBackend:
         ``on_tokens``, free requests are streamed from their servers (vLLM's ``stream``) and
         their tokens handed over as they come, a constrained one's when it ends."""
         self._check_open()
-        on_tokens = None if on_tokens is None else guarded(on_tokens)
+        handover = None if on_tokens is None else Handover(on_tokens, len(prompts))
         if allowed is not None and len(allowed) != len(prompts):
             raise ValueError(f"allowed has {len(allowed)} entries for {len(prompts)} prompts")
         failed: set[int] = set()
         first = self.version  # keep mode: a sync during the call may move replies past it
         self._check_versions(failed)
         results: list[Generation | None] = [None] * len(prompts)
-        jobs: list[tuple[int, dict[str, Any], str | None, Trie | None, _Sink | None]] = []
+        jobs: list[tuple[int, dict[str, Any], str | None, Trie | None, Callable | None]] = []
         for i, prompt in enumerate(prompts):
             ids = [int(t) for t in prompt]
             if not ids:
@@ -928,9 +919,9 @@ class FleetBackend:
             req_allowed = allowed[i] if allowed is not None else None
             session = sampling.sessions[i] if sampling.sessions is not None else None
             trie = Trie(req_allowed) if req_allowed is not None else None
-            sink = None
-            if on_tokens is not None and trie is None:
-                sink = _Sink(lambda ids, i=i: on_tokens(i, ids))
+            sink = None  # a replay offers the same tokens again: only new ones go on
+            if handover is not None and trie is None:
+                sink = lambda tokens, i=i: handover.offer(i, tokens)  # noqa: E731
             jobs.append((i, self._body(i, ids, sampling, req_allowed), session, trie, sink))
         replies = list(self._executor.map(lambda j: self._play(j[1], j[2], failed, j[4]), jobs))
         self._count_failures(failed)
@@ -950,8 +941,8 @@ class FleetBackend:
             if self.keep_in_flight:
                 extra["token_versions"] = versions
             results[i] = Generation(tokens, lps, finish, extra=extra)  # type: ignore[arg-type]
-            if on_tokens is not None and trie is not None and tokens:
-                on_tokens(i, list(tokens))
+            if handover is not None and trie is not None:  # cut to its trie, at its end
+                handover.offer(i, tokens)
         return results  # type: ignore[return-value]
 
     def _token_versions(

@@ -16,13 +16,13 @@ batch composition or chunking.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from .base import Generation, SamplingParams, TokenSink, guarded
+from .base import Generation, Handover, SamplingParams, TokenSink
 from .trie import Trie, cached_trie
 
 __all__ = ["HFBackend"]
@@ -91,7 +91,7 @@ class HFBackend:
         for i, p in enumerate(prompts):
             if len(p) == 0:
                 raise ValueError(f"prompt {i} is empty")
-        on_tokens = None if on_tokens is None else guarded(on_tokens)
+        handover = None if on_tokens is None else Handover(on_tokens, n)
         tries = [
             None if allowed is None or allowed[i] is None else cached_trie(allowed[i])
             for i in range(n)
@@ -101,7 +101,7 @@ class HFBackend:
         # Chunks of similar prompt length waste less padding.
         order = sorted(range(n), key=lambda i: len(prompts[i]))
         for idx in self._chunks(order, [len(p) + sampling.max_new_tokens for p in prompts]):
-            sink = None if on_tokens is None else _chunk_sink(on_tokens, idx)
+            sink = None if handover is None else _chunk_offer(handover, idx)
             gens = self._generate_chunk(
                 [prompts[i] for i in idx], sampling, [tries[i] for i in idx], uniforms[idx], sink
             )
@@ -155,7 +155,7 @@ class HFBackend:
         sampling: SamplingParams,
         tries: list[Trie | None],
         uniforms: np.ndarray,
-        sink: TokenSink | None = None,
+        sink: Callable[[int, list[int]], None] | None = None,
     ) -> list[Generation]:
         model, device = self.model, self.device
         cap = sampling.max_new_tokens
@@ -172,15 +172,11 @@ class HFBackend:
         for b, t in enumerate(tries):
             if t is not None:
                 self._advance_forced(b, t, nodes, tokens, logps, finish, done, cap, prefix=True)
-        sent = [0] * B  # tokens handed to the sink so far, per request
 
-        def flush(rows: Sequence[int]) -> None:
-            if sink is None:
-                return
-            for r in rows:
-                if len(tokens[r]) > sent[r]:
-                    sink(r, tokens[r][sent[r] :])
-                    sent[r] = len(tokens[r])
+        def flush(rows: Sequence[int]) -> None:  # each row's tokens so far to the stream
+            if sink is not None:
+                for r in rows:
+                    sink(r, tokens[r])
 
         flush(range(B))
         active = [b for b in range(B) if not done[b]]
@@ -331,6 +327,6 @@ def _truncate(probs: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
     return probs * mask
 
 
-def _chunk_sink(on_tokens: TokenSink, idx: Sequence[int]) -> TokenSink:
-    """The sink of one chunk: its row ``r`` is request ``idx[r]`` of the call."""
-    return lambda r, ids: on_tokens(idx[r], ids)
+def _chunk_offer(handover: Handover, idx: Sequence[int]) -> Callable[[int, list[int]], None]:
+    """The stream of one chunk: its row ``r`` is request ``idx[r]`` of the call."""
+    return lambda r, tokens: handover.offer(idx[r], tokens)

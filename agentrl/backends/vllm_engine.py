@@ -63,7 +63,7 @@ except ImportError as _err:  # pragma: no cover - depends on the install
     ) from _err
 
 from ..config import ConfigError
-from .base import Generation, SamplingParams, TokenSink, guarded
+from .base import Generation, Handover, SamplingParams, TokenSink
 from .trie import Trie
 from .vllm_process import (
     engine_call_context,
@@ -505,7 +505,7 @@ class VLLMBackend:
         self._check_open()
         if allowed is not None and len(allowed) != len(prompts):
             raise ValueError(f"allowed has {len(allowed)} entries for {len(prompts)} prompts")
-        on_tokens = None if on_tokens is None else guarded(on_tokens)
+        handover = None if on_tokens is None else Handover(on_tokens, len(prompts))
         if (sampling.top_p < 1 or sampling.top_k > 0) and not self._warned_truncation:
             self._warned_truncation = True
             log.warning(
@@ -545,18 +545,18 @@ class VLLMBackend:
         if send:
             self.wake_up()
             with engine_call_context(self._cpu):
-                if on_tokens is None:
+                if handover is None:
                     outputs = self._llm.generate(
                         requests, params, use_tqdm=False, lora_request=self._lora
                     )
                 else:
                     free = [tries[i] is None for i in send]
-                    outputs = self._stepped(requests, params, send, free, on_tokens)
+                    outputs = self._stepped(requests, params, send, free, handover)
             for i, out in zip(send, outputs, strict=True):
                 results[i] = self._to_generation(out, tries[i])
                 self.tokens_generated += len(results[i].token_ids)  # type: ignore[union-attr]
-                if on_tokens is not None and tries[i] is not None and results[i].token_ids:
-                    on_tokens(i, list(results[i].token_ids))  # type: ignore[union-attr]
+                if handover is not None and tries[i] is not None:  # cut to its trie, at its end
+                    handover.offer(i, results[i].token_ids)  # type: ignore[union-attr]
         return results  # type: ignore[return-value]
 
     def _stepped(
@@ -565,16 +565,15 @@ class VLLMBackend:
         params: list[Any],
         index: list[int],
         free: list[bool],
-        on_tokens: TokenSink,
+        handover: Handover,
     ) -> list[Any]:
         """``LLM.generate`` run step by step (vLLM's ``LLMEngine.add_request`` and ``step``,
         as ``LLM`` runs them, with cumulative outputs): after each step the new tokens of each
-        free request go to ``on_tokens(index[k], ...)``. Requests left in the engine by an
+        free request go to ``handover`` as request ``index[k]``. Requests left in the engine by an
         error are aborted."""
         engine = self._llm.llm_engine
         ids: list[str] = []
         outputs: list[Any] = [None] * len(requests)
-        sent = [0] * len(requests)
         try:
             for prompt, p in zip(requests, params, strict=True):
                 p.output_kind = RequestOutputKind.CUMULATIVE
@@ -587,10 +586,8 @@ class VLLMBackend:
                     k = where.get(out.request_id)
                     if k is None:
                         continue
-                    tokens = out.outputs[0].token_ids
-                    if free[k] and len(tokens) > sent[k]:
-                        on_tokens(index[k], [int(t) for t in tokens[sent[k] :]])
-                        sent[k] = len(tokens)
+                    if free[k]:
+                        handover.offer(index[k], out.outputs[0].token_ids)
                     if out.finished:
                         outputs[k] = out
         except BaseException:
