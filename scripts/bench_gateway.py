@@ -15,6 +15,9 @@
 - the gateway alone: the same POSTs with a backend that samples nothing (it returns four fixed
   tokens at once): the HTTP round trip and the gateway's own work, client included, without the
   thread hand-offs competing with a running engine.
+- an engine that sleeps: the same POSTs with a backend that sleeps ``--sleep-ms`` (about the
+  tiny model's call) and then answers at once, against the same sleep called directly: the
+  hand-offs and the HTTP round trip after an idle wait, without an engine's compute.
 - work: the gateway's own work per call in process (``Gateway.complete``: the request's checks,
   the prompt, the engine queue and thread, the reply, the record), no HTTP, with that engine,
   on growing 4-call dialogues; and the chat-template rendering it memoises, afresh against
@@ -127,6 +130,41 @@ class Instant:
 
     def close(self) -> None:
         pass
+
+
+class Sleeper(Instant):
+    """Answers like :class:`Instant` after sleeping ``seconds`` (an engine that takes the time
+    of a real call without using a core: the wait before each hand-off, without the compute)."""
+
+    def __init__(self, stop: int, seconds: float):
+        super().__init__(stop)
+        self.seconds = seconds
+
+    def generate(self, prompts, sampling, allowed=None):
+        time.sleep(self.seconds)
+        return super().generate(prompts, sampling, allowed)
+
+
+def idle(tok, calls: int, seconds: float) -> None:
+    """The same POSTs with :class:`Sleeper` against the same sleep called directly: what a call
+    adds once the threads have waited ``seconds`` (the hand-offs woken after an idle wait)."""
+    body = {"model": "x", "messages": MSGS, "temperature": 0}
+    direct, through = [], []
+    with Gateway(Sleeper(tok.eos_token_id, seconds), tok) as gw:
+        gw.start()
+        with httpx.Client(base_url=gw.base_url, headers={"Authorization": "Bearer s"}) as http:
+            for i in range(calls + 5):
+                t0 = time.perf_counter()
+                time.sleep(seconds)
+                t1 = time.perf_counter()
+                http.post("/chat/completions", json=body).raise_for_status()
+                t2 = time.perf_counter()
+                if i >= 5:
+                    direct.append(t1 - t0)
+                    through.append(t2 - t1)
+    diff = np.array(through) - np.array(direct)
+    print(f"an engine that sleeps {seconds * 1e3:.0f} ms ({calls} calls): added per call median "
+          f"{np.median(diff) * 1e3:.2f} ms, p99 {np.percentile(diff, 99) * 1e3:.2f} ms")  # fmt: skip
 
 
 def alone(tok, calls: int) -> None:
@@ -259,6 +297,8 @@ def main() -> None:
     ap.add_argument("--per-session", type=int, default=4)
     ap.add_argument("--procs", type=int, default=4, help="client processes (sessions split)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    ap.add_argument("--sleep-ms", type=float, default=12.0,
+                    help="overhead: the sleeping engine's time a call (about the tiny model's)")  # fmt: skip
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     model, tok, _ = load_model("tiny")
@@ -270,6 +310,7 @@ def main() -> None:
         if args.only in (None, "overhead"):
             overhead(gw, backend, tok, args.calls, args.tokens)
             alone(tok, args.calls)
+            idle(tok, args.calls, args.sleep_ms / 1e3)
         if args.only in (None, "work"):
             work(tok, args.calls)
         if args.only in (None, "concurrency"):
