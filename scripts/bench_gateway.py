@@ -41,6 +41,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import httpx
 import numpy as np
@@ -58,23 +59,41 @@ MSGS = [
 ]
 
 
+def _paired(
+    direct: Callable[[], object], through: Callable[[], object], calls: int, warmup: int = 5
+) -> tuple[list[float], list[float]]:
+    """Seconds of ``direct()`` and of ``through()``, alternated ``calls`` times after
+    ``warmup`` rounds left out (each pair under the same load)."""
+    a, b = [], []
+    for i in range(calls + warmup):
+        t0 = time.perf_counter()
+        direct()
+        t1 = time.perf_counter()
+        through()
+        t2 = time.perf_counter()
+        if i >= warmup:
+            a.append(t1 - t0)
+            b.append(t2 - t1)
+    return a, b
+
+
 def overhead(gw: Gateway, backend: HFBackend, tok, calls: int, tokens: int) -> None:
     prompt = gw.renderer.full(_messages(), ())
     sampling = SamplingParams(max_new_tokens=tokens, temperature=0.0, seed=0)
     body = {"model": "x", "messages": MSGS, "temperature": 0, "max_tokens": tokens}
-    direct, through = [], []
     with httpx.Client(base_url=gw.base_url, headers={"Authorization": "Bearer bench"}) as http:
-        for i in range(calls + 5):
-            t0 = time.perf_counter()
-            g = backend.generate([prompt], sampling)[0]
-            t1 = time.perf_counter()
+
+        def post() -> None:
             r = http.post("/chat/completions", json=body)
-            t2 = time.perf_counter()
             r.raise_for_status()
-            assert r.json()["usage"]["completion_tokens"] == len(g.token_ids)
-            if i >= 5:  # warm-up left out
-                direct.append(t1 - t0)
-                through.append(t2 - t1)
+            assert r.json()["usage"]["completion_tokens"] == sampled[-1]
+
+        sampled: list[int] = []
+        direct, through = _paired(
+            lambda: sampled.append(len(backend.generate([prompt], sampling)[0].token_ids)),
+            post,
+            calls,
+        )
     diff = np.array(through) - np.array(direct)
     md, mg = statistics.median(direct), statistics.median(through)
     print(f"overhead ({calls} calls, {tokens} tokens, greedy): direct engine median "
@@ -149,19 +168,14 @@ def idle(tok, calls: int, seconds: float) -> None:
     """The same POSTs with :class:`Sleeper` against the same sleep called directly: what a call
     adds once the threads have waited ``seconds`` (the hand-offs woken after an idle wait)."""
     body = {"model": "x", "messages": MSGS, "temperature": 0}
-    direct, through = [], []
     with Gateway(Sleeper(tok.eos_token_id, seconds), tok) as gw:
         gw.start()
         with httpx.Client(base_url=gw.base_url, headers={"Authorization": "Bearer s"}) as http:
-            for i in range(calls + 5):
-                t0 = time.perf_counter()
-                time.sleep(seconds)
-                t1 = time.perf_counter()
-                http.post("/chat/completions", json=body).raise_for_status()
-                t2 = time.perf_counter()
-                if i >= 5:
-                    direct.append(t1 - t0)
-                    through.append(t2 - t1)
+            direct, through = _paired(
+                lambda: time.sleep(seconds),
+                lambda: http.post("/chat/completions", json=body).raise_for_status(),
+                calls,
+            )
     diff = np.array(through) - np.array(direct)
     print(f"an engine that sleeps {seconds * 1e3:.0f} ms ({calls} calls): added per call median "
           f"{np.median(diff) * 1e3:.2f} ms, p99 {np.percentile(diff, 99) * 1e3:.2f} ms")  # fmt: skip

@@ -2,14 +2,13 @@
 
 The multi-agent bar asks for a loss rate below 10 % against OpenSpiel's uniform random bot. This
 script plays policies defined by their one-move tactics against that bot (the seat alternating)
-and prints their loss rates: where it can win at once (``win`` positions of
-``agentrl.evaluation.games.one_move_tactics``) the policy plays a winning move with probability
-``w`` and another move otherwise; where it must block (``defend``) a safe move with probability
-``d`` and an unsafe one otherwise (so ``w`` and ``d`` are the probability mass on good moves that
-``bench_games.py --tactics`` measures, and a greedy policy's accuracy); in any other position with the
-centre free it takes the centre with probability ``c``; otherwise it plays a legal move
-uniformly. So a policy's measured tactics (``bench_games.py --tactics``) and a
-supervised probe's accuracy (``probe_tactics.py``) can be read as the loss rate they allow.
+and prints their loss rates. Where the policy can win at once (``win`` positions of
+``agentrl.evaluation.games.one_move_tactics``) it plays a winning move with probability ``w``
+and another move otherwise; where it must block (``defend``), a safe move with probability ``d``
+and an unsafe one otherwise; in any other position with the centre free it takes the centre with
+probability ``c``; otherwise it plays a legal move uniformly. ``w`` and ``d`` are the mass on
+good moves that ``bench_games.py --tactics`` measures (a greedy policy's accuracy, as
+``probe_tactics.py`` reports it), so those figures read as the loss rate they allow.
 
     python scripts/tactics_bar.py                             # the table of docs/lab-log.md
     python scripts/tactics_bar.py --policy 0.77,0.66,1 --games 40000
@@ -20,7 +19,6 @@ Results of 2026-12-07 are in docs/lab-log.md ("How good must the tactics be?").
 from __future__ import annotations
 
 import argparse
-import math
 import random
 import sys
 
@@ -37,9 +35,9 @@ ROWS = [
 ]
 
 
-def loss_rate(game, win: float, defend: float, centre: float, games: int, seed: int) -> float:
-    """The fraction of ``games`` such a policy loses to the uniform random bot (seat
-    alternating: even games as x, odd games as o)."""
+def losses(game, win: float, defend: float, centre: float, games: int, seed: int) -> int:
+    """How many of ``games`` such a policy loses to the uniform random bot (seat alternating:
+    even games as x, odd games as o)."""
     from agentrl.evaluation.games import _tactic
 
     rng = random.Random(seed)
@@ -59,14 +57,7 @@ def loss_rate(game, win: float, defend: float, centre: float, games: int, seed: 
                     move = 4  # the centre cell (row 1, column 1)
             state.apply_action(move)
         lost += state.returns()[seat] < 0
-    return lost / games
-
-
-def _wilson(k: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    p = k / n
-    mid = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return mid - half, mid + half
+    return lost
 
 
 def main() -> int:
@@ -89,6 +80,8 @@ def main() -> int:
         ap.error("--games must be at least 1")
     try:
         import pyspiel
+
+        from agentrl.evaluation.stats import wilson_interval
     except ImportError:
         print("tactics_bar.py needs OpenSpiel: pip install 'agentrl[games]'", file=sys.stderr)
         return 2
@@ -96,9 +89,9 @@ def main() -> int:
     print(f"| win | defend | centre | loss vs random ({args.games} games, Wilson 95 %) |")
     print("|---|---|---|---|")
     for w, d, c in rows or ROWS:
-        p = loss_rate(game, w, d, c, args.games, args.seed)
-        lo, hi = _wilson(p * args.games, args.games)
-        print(f"| {w:.2f} | {d:.2f} | {c:.0%} | {p:.1%} [{lo:.1%}, {hi:.1%}] |")
+        k = losses(game, w, d, c, args.games, args.seed)
+        lo, hi = wilson_interval(k, args.games)
+        print(f"| {w:.2f} | {d:.2f} | {c:.0%} | {k / args.games:.1%} [{lo:.1%}, {hi:.1%}] |")
     return 0
 
 

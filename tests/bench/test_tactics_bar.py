@@ -16,8 +16,8 @@ def bar():
 
 def test_perfect_tactics_with_the_centre_rarely_lose(bar):
     game = pyspiel.load_game("tic_tac_toe")
-    perfect = bar.loss_rate(game, 1.0, 1.0, 1.0, games=1000, seed=0)
-    none = bar.loss_rate(game, 0.0, 0.0, 0.0, games=1000, seed=0)
+    perfect = bar.losses(game, 1.0, 1.0, 1.0, games=1000, seed=0) / 1000
+    none = bar.losses(game, 0.0, 0.0, 0.0, games=1000, seed=0) / 1000
     # taking every win and every block with the centre: a few losses in a hundred (1.8 % over
     # 20,000 games); never taking them: more than random play's 44 %
     assert perfect < 0.05
@@ -28,7 +28,7 @@ def test_a_policy_that_cannot_choose_loses_as_random_play(bar):
     """With the good moves' mass a uniform policy puts on them (0.43, 0.24) and no centre rule
     the policy is close to uniform: it loses about as often as random play (44 %)."""
     game = pyspiel.load_game("tic_tac_toe")
-    assert 0.37 < bar.loss_rate(game, 0.43, 0.24, 0.0, games=2000, seed=1) < 0.50
+    assert 0.37 < bar.losses(game, 0.43, 0.24, 0.0, games=2000, seed=1) / 2000 < 0.50
 
 
 def test_bad_arguments_get_one_line(bar, capsys, monkeypatch):
