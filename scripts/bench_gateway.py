@@ -37,15 +37,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
+from http.client import HTTPConnection
+from urllib.parse import urlsplit
 
 import httpx
 import numpy as np
 import torch
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from agentrl.backends.base import Generation, SamplingParams
 from agentrl.backends.hf import HFBackend
@@ -59,28 +68,47 @@ MSGS = [
 ]
 
 
-def _paired(
-    direct: Callable[[], object], through: Callable[[], object], calls: int, warmup: int = 5
-) -> tuple[list[float], list[float]]:
-    """Seconds of ``direct()`` and of ``through()``, alternated ``calls`` times after
-    ``warmup`` rounds left out (each pair under the same load)."""
-    a, b = [], []
+def _alternated(fns: list[Callable[[], object]], calls: int, warmup: int = 5) -> list[list[float]]:
+    """Seconds of each of ``fns``, called in turn ``calls`` times after ``warmup`` rounds left
+    out (each round's calls under the same load)."""
+    out: list[list[float]] = [[] for _ in fns]
     for i in range(calls + warmup):
-        t0 = time.perf_counter()
-        direct()
-        t1 = time.perf_counter()
-        through()
-        t2 = time.perf_counter()
-        if i >= warmup:
-            a.append(t1 - t0)
-            b.append(t2 - t1)
-    return a, b
+        for f, ts in zip(fns, out):
+            t0 = time.perf_counter()
+            f()
+            if i >= warmup:
+                ts.append(time.perf_counter() - t0)
+    return out
+
+
+class Plain:
+    """A keep-alive client on the standard library's ``http.client``: the lightest client, so
+    the figure measured with it is the gateway's and the loopback's share of a call, apart
+    from an HTTP library's own work (httpx, which the ``openai`` SDK uses)."""
+
+    def __init__(self, base_url: str, key: str):
+        url = urlsplit(base_url)
+        self.conn = HTTPConnection(url.hostname, url.port, timeout=60)
+        self.path = url.path.rstrip("/") + "/chat/completions"
+        self.headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+
+    def post(self, body: dict) -> dict:
+        self.conn.request("POST", self.path, json.dumps(body), self.headers)
+        r = self.conn.getresponse()
+        data = r.read()
+        if r.status != 200:
+            raise RuntimeError(f"HTTP {r.status}: {data[:200]!r}")
+        return json.loads(data)
+
+    def close(self) -> None:
+        self.conn.close()
 
 
 def overhead(gw: Gateway, backend: HFBackend, tok, calls: int, tokens: int) -> None:
     prompt = gw.renderer.full(_messages(), ())
     sampling = SamplingParams(max_new_tokens=tokens, temperature=0.0, seed=0)
     body = {"model": "x", "messages": MSGS, "temperature": 0, "max_tokens": tokens}
+    plain = Plain(gw.base_url, "bench-plain")
     with httpx.Client(base_url=gw.base_url, headers={"Authorization": "Bearer bench"}) as http:
 
         def post() -> None:
@@ -88,18 +116,28 @@ def overhead(gw: Gateway, backend: HFBackend, tok, calls: int, tokens: int) -> N
             r.raise_for_status()
             assert r.json()["usage"]["completion_tokens"] == sampled[-1]
 
+        def post_plain() -> None:
+            assert plain.post(body)["usage"]["completion_tokens"] == sampled[-1]
+
         sampled: list[int] = []
-        direct, through = _paired(
-            lambda: sampled.append(len(backend.generate([prompt], sampling)[0].token_ids)),
-            post,
-            calls,
-        )
-    diff = np.array(through) - np.array(direct)
+
+        def engine() -> None:
+            sampled.append(len(backend.generate([prompt], sampling)[0].token_ids))
+
+        # each client's call follows an engine call, so both meet threads that waited as long
+        try:
+            direct, through, direct2, light = _alternated([engine, post, engine, post_plain], calls)
+        finally:
+            plain.close()
+    diff, diff_plain = np.array(through) - np.array(direct), np.array(light) - np.array(direct2)
     md, mg = statistics.median(direct), statistics.median(through)
     print(f"overhead ({calls} calls, {tokens} tokens, greedy): direct engine median "
           f"{md * 1e3:.2f} ms, through the gateway {mg * 1e3:.2f} ms; added per call: median "
           f"{np.median(diff) * 1e3:.2f} ms, p99 {np.percentile(diff, 99) * 1e3:.2f} ms; "
           f"ratio {mg / md:.2f}x")  # fmt: skip
+    print(f"  the same calls with the standard library's http.client (no HTTP library's work): "
+          f"added per call median {np.median(diff_plain) * 1e3:.2f} ms, p99 "
+          f"{np.percentile(diff_plain, 99) * 1e3:.2f} ms")  # fmt: skip
 
 
 def stream(gw: Gateway, calls: int, tokens: int) -> None:
@@ -170,34 +208,91 @@ def idle(tok, calls: int, seconds: float) -> None:
     body = {"model": "x", "messages": MSGS, "temperature": 0}
     with Gateway(Sleeper(tok.eos_token_id, seconds), tok) as gw:
         gw.start()
-        with httpx.Client(base_url=gw.base_url, headers={"Authorization": "Bearer s"}) as http:
-            direct, through = _paired(
-                lambda: time.sleep(seconds),
-                lambda: http.post("/chat/completions", json=body).raise_for_status(),
-                calls,
+        with _Clients(gw.base_url, "s") as c:
+
+            def nap() -> None:
+                time.sleep(seconds)
+
+            direct, through, direct2, light = _alternated(
+                [nap, lambda: c.httpx(body), nap, lambda: c.plain(body)], calls
             )
-    diff = np.array(through) - np.array(direct)
+    d, d_plain = np.array(through) - np.array(direct), np.array(light) - np.array(direct2)
     print(f"an engine that sleeps {seconds * 1e3:.0f} ms ({calls} calls): added per call median "
-          f"{np.median(diff) * 1e3:.2f} ms, p99 {np.percentile(diff, 99) * 1e3:.2f} ms")  # fmt: skip
+          f"{np.median(d) * 1e3:.2f} ms, p99 {np.percentile(d, 99) * 1e3:.2f} ms; with http.client "
+          f"{np.median(d_plain) * 1e3:.2f} ms, p99 {np.percentile(d_plain, 99) * 1e3:.2f} ms")  # fmt: skip
+
+
+class _Clients:
+    """Two clients of one server: httpx (what the ``openai`` SDK uses) and :class:`Plain`."""
+
+    def __init__(self, base_url: str, key: str):
+        self._httpx = httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {key}"})
+        self._plain = Plain(base_url, key + "-plain")
+
+    def httpx(self, body: dict) -> dict:
+        r = self._httpx.post("/chat/completions", json=body)
+        r.raise_for_status()
+        return r.json()
+
+    def plain(self, body: dict) -> dict:
+        return self._plain.post(body)
+
+    def __enter__(self) -> _Clients:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._httpx.close()
+        self._plain.close()
+
+
+def _round_trips(base_url: str, body: dict, calls: int) -> tuple[list[float], list[float], float]:
+    """Round trips with httpx and with http.client, alternated; CPU per pair of calls."""
+    with _Clients(base_url, "b") as c:
+        pair = [lambda: c.httpx(body), lambda: c.plain(body)]
+        _alternated(pair, 10)
+        cpu0 = time.process_time()
+        ts, tp = _alternated(pair, calls, warmup=0)
+        return ts, tp, (time.process_time() - cpu0) / calls
 
 
 def alone(tok, calls: int) -> None:
     body = {"model": "x", "messages": MSGS, "temperature": 0}
     with Gateway(Instant(tok.eos_token_id), tok) as gw:
         gw.start()
-        with httpx.Client(base_url=gw.base_url, headers={"Authorization": "Bearer b"}) as http:
-            ts = []
-            for i in range(calls + 10):
-                if i == 10:
-                    cpu0 = time.process_time()
-                t0 = time.perf_counter()
-                http.post("/chat/completions", json=body).raise_for_status()
-                if i >= 10:
-                    ts.append(time.perf_counter() - t0)
-            cpu = (time.process_time() - cpu0) / calls
+        ts, tp, cpu = _round_trips(gw.base_url, body, calls)
     print(f"the gateway alone (an engine that answers at once; {calls} calls): round trip "
           f"median {np.median(ts) * 1e3:.2f} ms, p99 {np.percentile(ts, 99) * 1e3:.2f} ms; "
-          f"CPU per call (client and gateway, one process) {cpu * 1e3:.2f} ms")  # fmt: skip
+          f"with http.client {np.median(tp) * 1e3:.2f} ms, p99 {np.percentile(tp, 99) * 1e3:.2f} "
+          f"ms; CPU per pair of calls (clients and gateway, one process) {cpu * 1e3:.2f} ms")  # fmt: skip
+
+
+def bare(calls: int) -> None:
+    """The two clients against a bare Starlette route on uvicorn (it reads the JSON body and
+    answers a fixed reply at once): the HTTP round trip with no gateway, each client's share."""
+    reply = {"choices": [{"message": {"role": "assistant", "content": "x"}}], "usage": {}}
+
+    async def route(request: Request) -> JSONResponse:
+        await request.json()
+        return JSONResponse(reply)
+
+    app = Starlette(routes=[Route("/v1/chat/completions", route, methods=["POST"])])
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.01)
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+        ts, tp, cpu = _round_trips(url, {"model": "x", "messages": MSGS}, calls)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+    print(f"a bare Starlette route on uvicorn, no gateway ({calls} calls): round trip median "
+          f"{np.median(ts) * 1e3:.2f} ms with httpx, {np.median(tp) * 1e3:.2f} ms with "
+          f"http.client; CPU per pair of calls {cpu * 1e3:.2f} ms")  # fmt: skip
 
 
 def work(tok, calls: int) -> None:
@@ -325,6 +420,7 @@ def main() -> None:
             overhead(gw, backend, tok, args.calls, args.tokens)
             alone(tok, args.calls)
             idle(tok, args.calls, args.sleep_ms / 1e3)
+            bare(args.calls)
         if args.only in (None, "work"):
             work(tok, args.calls)
         if args.only in (None, "concurrency"):
