@@ -104,31 +104,48 @@ class Plain:
         self.conn.close()
 
 
+class _Clients:
+    """Two clients of one server: httpx (what the ``openai`` SDK uses) and :class:`Plain`."""
+
+    def __init__(self, base_url: str, key: str):
+        self._httpx = httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {key}"})
+        self._plain = Plain(base_url, key + "-plain")
+
+    def httpx(self, body: dict) -> dict:
+        r = self._httpx.post("/chat/completions", json=body)
+        r.raise_for_status()
+        return r.json()
+
+    def plain(self, body: dict) -> dict:
+        return self._plain.post(body)
+
+    def __enter__(self) -> _Clients:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._httpx.close()
+        self._plain.close()
+
+
 def overhead(gw: Gateway, backend: HFBackend, tok, calls: int, tokens: int) -> None:
     prompt = gw.renderer.full(_messages(), ())
     sampling = SamplingParams(max_new_tokens=tokens, temperature=0.0, seed=0)
     body = {"model": "x", "messages": MSGS, "temperature": 0, "max_tokens": tokens}
-    plain = Plain(gw.base_url, "bench-plain")
-    with httpx.Client(base_url=gw.base_url, headers={"Authorization": "Bearer bench"}) as http:
+    sampled: list[int] = []
+
+    def engine() -> None:
+        sampled.append(len(backend.generate([prompt], sampling)[0].token_ids))
+
+    with _Clients(gw.base_url, "bench") as c:
 
         def post() -> None:
-            r = http.post("/chat/completions", json=body)
-            r.raise_for_status()
-            assert r.json()["usage"]["completion_tokens"] == sampled[-1]
+            assert c.httpx(body)["usage"]["completion_tokens"] == sampled[-1]
 
         def post_plain() -> None:
-            assert plain.post(body)["usage"]["completion_tokens"] == sampled[-1]
-
-        sampled: list[int] = []
-
-        def engine() -> None:
-            sampled.append(len(backend.generate([prompt], sampling)[0].token_ids))
+            assert c.plain(body)["usage"]["completion_tokens"] == sampled[-1]
 
         # each client's call follows an engine call, so both meet threads that waited as long
-        try:
-            direct, through, direct2, light = _alternated([engine, post, engine, post_plain], calls)
-        finally:
-            plain.close()
+        direct, through, direct2, light = _alternated([engine, post, engine, post_plain], calls)
     diff, diff_plain = np.array(through) - np.array(direct), np.array(light) - np.array(direct2)
     md, mg = statistics.median(direct), statistics.median(through)
     print(f"overhead ({calls} calls, {tokens} tokens, greedy): direct engine median "
@@ -222,29 +239,6 @@ def idle(tok, calls: int, seconds: float) -> None:
           f"{np.median(d_plain) * 1e3:.2f} ms, p99 {np.percentile(d_plain, 99) * 1e3:.2f} ms")  # fmt: skip
 
 
-class _Clients:
-    """Two clients of one server: httpx (what the ``openai`` SDK uses) and :class:`Plain`."""
-
-    def __init__(self, base_url: str, key: str):
-        self._httpx = httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {key}"})
-        self._plain = Plain(base_url, key + "-plain")
-
-    def httpx(self, body: dict) -> dict:
-        r = self._httpx.post("/chat/completions", json=body)
-        r.raise_for_status()
-        return r.json()
-
-    def plain(self, body: dict) -> dict:
-        return self._plain.post(body)
-
-    def __enter__(self) -> _Clients:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._httpx.close()
-        self._plain.close()
-
-
 def _round_trips(base_url: str, body: dict, calls: int) -> tuple[list[float], list[float], float]:
     """Round trips with httpx and with http.client, alternated; CPU per pair of calls."""
     with _Clients(base_url, "b") as c:
@@ -284,6 +278,8 @@ def bare(calls: int) -> None:
     thread.start()
     try:
         while not server.started:
+            if not thread.is_alive():
+                raise RuntimeError("the bare route's server could not start")
             time.sleep(0.01)
         url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
         ts, tp, cpu = _round_trips(url, {"model": "x", "messages": MSGS}, calls)
